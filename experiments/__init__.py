@@ -1,0 +1,1 @@
+"""Task packages: one folder per task (instances, agent workflow, reward)."""

@@ -1,0 +1,1 @@
+"""Research agent: plain-English task descriptions to validated task packages."""

@@ -1,0 +1,1 @@
+"""swarmpool: train LLM agents with RL from a persistent pool of their recorded calls."""

@@ -1,0 +1,96 @@
+"""The one exception tree of the swarm library.
+
+Every invalid call into swarm raises a subclass of :class:`SwarmError` that says what was
+wrong and carries the ids it concerns (episode, step, lease). HTTP layers map these to 4xx
+responses with :attr:`SwarmError.status_code`; nothing here knows about HTTP itself.
+
+    SwarmError
+    ├── ValidationError        a record or argument is inconsistent (names the field)
+    ├── NotFoundError          an episode / step / lease / policy does not exist
+    ├── ConflictError          the call contradicts stored state (ended episode, re-used id)
+    │   └── LeaseError         a lease is unknown, expired or already acknowledged
+    ├── AuthError              a missing, forged or foreign credential
+    └── BackendError           an inference backend failed or refused a request
+        └── ContextLengthError the prompt plus max_tokens exceed the model's context
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "SwarmError",
+    "ValidationError",
+    "NotFoundError",
+    "ConflictError",
+    "LeaseError",
+    "AuthError",
+    "BackendError",
+    "ContextLengthError",
+]
+
+
+class SwarmError(Exception):
+    """Base of all swarm errors; ``context`` holds the ids the error concerns."""
+
+    status_code: int = 400
+    error_type: str = "invalid_request_error"
+
+    def __init__(self, message: str, **context: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.context = {k: v for k, v in context.items() if v is not None}
+
+    def __str__(self) -> str:
+        if not self.context:
+            return self.message
+        ctx = ", ".join(f"{k}={v}" for k, v in self.context.items())
+        return f"{self.message} ({ctx})"
+
+
+class ValidationError(SwarmError, ValueError):
+    """A record or argument is inconsistent; the message names the field."""
+
+    status_code = 422
+
+
+class NotFoundError(SwarmError, KeyError):
+    """An episode, step, lease or policy does not exist."""
+
+    status_code = 404
+    error_type = "not_found_error"
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return SwarmError.__str__(self)
+
+
+class ConflictError(SwarmError):
+    """The call contradicts stored state (e.g. writing to an ended episode)."""
+
+    status_code = 409
+    error_type = "conflict_error"
+
+
+class LeaseError(ConflictError):
+    """A lease is unknown, expired or already acknowledged."""
+
+
+class AuthError(SwarmError):
+    """A credential is missing, forged, or belongs to another episode."""
+
+    status_code = 401
+    error_type = "authentication_error"
+
+
+class BackendError(SwarmError):
+    """An inference backend failed or refused a request."""
+
+    status_code = 502
+    error_type = "backend_error"
+
+
+class ContextLengthError(BackendError):
+    """Prompt tokens plus requested max tokens exceed the model's context window."""
+
+    status_code = 400
+    error_type = "invalid_request_error"

@@ -1,0 +1,104 @@
+"""The one interface every inference backend implements (hf, vllm, upstream, echo).
+
+A backend serves one or more named policies. It turns chat messages (or raw prompt ids) into a
+:class:`Generation`: the exact prompt ids it consumed, the exact response ids it sampled and
+their logprobs under the distribution it actually sampled from, the decoded text, parsed tool
+calls and the finish reason. It does not store anything: recording steps is the gateway's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["SamplingParams", "GenerateRequest", "Generation", "TokenDelta", "PolicyBackend"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample; ``max_tokens`` bounds the response, ``n`` the number of samples."""
+
+    max_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    n: int = 1
+
+
+@dataclass
+class GenerateRequest:
+    """Either ``messages`` (+ ``tools``) rendered with the policy's chat template, or ``prompt_ids``."""
+
+    policy: str
+    messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    prompt_ids: list[int] | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+
+@dataclass
+class Generation:
+    """One sampled completion with the exact tokens and logprobs."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float] | None
+    text: str
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str = "stop"
+    policy_version: int = 0
+
+
+@dataclass
+class TokenDelta:
+    """A streamed piece of one completion: new token ids, their logprobs and the new text."""
+
+    index: int
+    token_ids: list[int]
+    logprobs: list[float] | None
+    text: str
+
+
+@runtime_checkable
+class PolicyBackend(Protocol):
+    """What the gateway and the trainer need from an inference backend."""
+
+    def policies(self) -> list[str]:
+        """Names of the policies this backend serves."""
+        ...
+
+    def version(self, policy: str) -> int:
+        """The version of the weights a request for ``policy`` gets now."""
+        ...
+
+    def max_context(self, policy: str) -> int:
+        """Maximum prompt + response tokens."""
+        ...
+
+    def render_chat(
+        self, policy: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
+    ) -> str:
+        """The chat template applied to messages, as text (for prefix-consistent tokenization)."""
+        ...
+
+    def encode(self, policy: str, text: str) -> list[int]:
+        """Tokenize text without adding special tokens."""
+        ...
+
+    def decode(self, policy: str, ids: list[int]) -> str:
+        """Ids back to text, special tokens included."""
+        ...
+
+    async def generate(self, request: GenerateRequest) -> list[Generation]:
+        """``request.sampling.n`` completions for one prompt."""
+        ...
+
+    def stream(self, request: GenerateRequest) -> AsyncIterator[TokenDelta | Generation]:
+        """Yield :class:`TokenDelta` pieces as tokens are sampled, then the final :class:`Generation` per sample."""
+        ...
+
+    def load_weights(self, policy: str, adapter_state: dict[str, Any], version: int) -> None:
+        """Swap in new weights atomically between generations; requests after this get ``version``."""
+        ...
