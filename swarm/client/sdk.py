@@ -1,0 +1,167 @@
+"""The swarm client SDK: begin an episode on a gateway, hand its base_url + api key to any
+OpenAI-compatible agent code, then end it with a reward.
+
+    client = SwarmClient("http://127.0.0.1:8420")
+    with client.episode(task="echo", group_id="echo-7") as ep:
+        reply = ep.openai().chat.completions.create(model="default", messages=[...])
+        ep.end(reward=1.0, correct=1)
+
+An exception inside the block aborts the episode and re-raises. Connection errors are retried
+with exponential backoff; HTTP errors are raised at once as :class:`ClientError` with the
+gateway's message. This module does not run tasks (see :mod:`swarm.client.worker`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+__all__ = ["SwarmClient", "EpisodeHandle", "ClientError"]
+
+
+class ClientError(RuntimeError):
+    """The gateway refused a call (4xx/5xx) or could not be reached after all retries."""
+
+    def __init__(self, message: str, status_code: int | None = None, episode_id: str | None = None) -> None:
+        super().__init__(message if episode_id is None else f"{message} (episode_id={episode_id})")
+        self.status_code = status_code
+        self.episode_id = episode_id
+
+
+class SwarmClient:
+    """Talks to one gateway; ``token`` is the client token when the gateway requires one."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        timeout: float = 60.0,
+        retries: int = 5,
+        backoff_s: float = 0.25,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.token = token if token is not None else os.environ.get("SWARM_CLIENT_TOKEN")
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> SwarmClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, method: str, path: str, *, key: str | None = None, json: Any = None,
+                episode_id: str | None = None) -> Any:
+        """One JSON call with retries on connection errors; raises :class:`ClientError` otherwise."""
+        headers = {}
+        bearer = key or self.token
+        if bearer:
+            headers["Authorization"] = f"Bearer {bearer}"
+        delay = self.backoff_s
+        for attempt in range(self.retries + 1):
+            try:
+                resp = self._http.request(method, path, json=json, headers=headers)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError) as exc:
+                if attempt == self.retries:
+                    raise ClientError(f"cannot reach gateway at {self.url}: {exc}", episode_id=episode_id) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            if resp.status_code >= 400:
+                raise ClientError(_error_message(resp), status_code=resp.status_code, episode_id=episode_id)
+            return resp.json() if resp.content else None
+        raise AssertionError("unreachable")
+
+    def health(self) -> dict[str, Any]:
+        return self.request("GET", "/health")
+
+    def begin(self, task: str, group_id: str | None = None, type: str = "train", client_id: str | None = None,
+              timeout_s: float | None = None, metadata: dict[str, Any] | None = None) -> EpisodeHandle:
+        """Begin an episode without a ``with`` block; call ``end`` or ``abort`` yourself."""
+        body = {"task": task, "group_id": group_id, "type": type, "client_id": client_id,
+                "timeout_s": timeout_s, "metadata": metadata or {}}
+        data = self.request("POST", "/v1/episodes", json={k: v for k, v in body.items() if v is not None})
+        return EpisodeHandle(self, data["episode_id"], data["base_url"], data["api_key"])
+
+    def episode(self, task: str, group_id: str | None = None, type: str = "train", client_id: str | None = None,
+                timeout_s: float | None = None, metadata: dict[str, Any] | None = None) -> EpisodeHandle:
+        """An episode to use as a context manager (see the module docstring)."""
+        return self.begin(task, group_id=group_id, type=type, client_id=client_id, timeout_s=timeout_s,
+                          metadata=metadata)
+
+
+class EpisodeHandle:
+    """One open episode: its OpenAI base_url and api key, plus heartbeat / end / abort."""
+
+    def __init__(self, client: SwarmClient, episode_id: str, base_url: str, api_key: str) -> None:
+        self.client = client
+        self.episode_id = episode_id
+        self.base_url = base_url
+        self.api_key = api_key
+        self.ended = False
+
+    def openai(self, **kwargs: Any) -> Any:
+        """A configured ``openai.OpenAI`` for this episode."""
+        import openai
+
+        return openai.OpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
+
+    def async_openai(self, **kwargs: Any) -> Any:
+        """A configured ``openai.AsyncOpenAI`` for this episode."""
+        import openai
+
+        return openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
+
+    def _call(self, action: str, body: dict[str, Any] | None = None) -> Any:
+        return self.client.request("POST", f"/v1/episodes/{self.episode_id}/{action}", key=self.api_key,
+                                   json=body or {}, episode_id=self.episode_id)
+
+    def heartbeat(self) -> None:
+        self._call("heartbeat")
+
+    def end(self, reward: float | None = None, step_rewards: dict[str, float] | None = None,
+            status: str = "finished", **metrics: Any) -> None:
+        """Finish the episode; extra keyword arguments are stored as metrics in its metadata."""
+        body: dict[str, Any] = {"status": status, "metadata": {"metrics": metrics} if metrics else {}}
+        if reward is not None:
+            body["reward"] = reward
+        if step_rewards:
+            body["step_rewards"] = step_rewards
+        self._call("end", body)
+        self.ended = True
+
+    def abort(self) -> None:
+        self._call("abort")
+        self.ended = True
+
+    def __enter__(self) -> EpisodeHandle:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.ended:
+            return
+        if exc_type is not None:
+            try:
+                self.abort()
+            except ClientError:
+                pass  # the original exception matters more; the gateway abandons it on timeout
+            return
+        self.end()
+
+
+def _error_message(resp: httpx.Response) -> str:
+    try:
+        err = resp.json().get("error", {})
+        return f"{resp.status_code} {err.get('type', 'error')}: {err.get('message', resp.text)}"
+    except (ValueError, AttributeError):
+        return f"{resp.status_code}: {resp.text[:500]}"
