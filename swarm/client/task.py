@@ -1,0 +1,73 @@
+"""What a task package is, and how the worker finds one.
+
+A task package is a module ``experiments.<name>`` (or any importable module path) with:
+
+- ``make_instance(seed: int) -> dict``: one task instance, deterministic in the seed;
+- ``run_episode(instance: dict, llm: AgentLLM) -> dict``: the agent workflow; it talks to the
+  policy only through ``llm`` (an OpenAI base_url + api key) and returns reward parts, at least
+  ``{"reward": float}``;
+- optionally ``run_group(instance, client, group_id, llm_settings) -> None`` for multi-agent
+  tasks that open several episodes (one per player) themselves.
+
+This module does not run anything; :mod:`swarm.client.worker` does.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+__all__ = ["AgentLLM", "TaskPackage", "load_task"]
+
+
+@dataclass
+class AgentLLM:
+    """Everything agent code needs to reach the policy: an OpenAI endpoint, key and model name."""
+
+    base_url: str
+    api_key: str
+    model: str = "default"
+    temperature: float = 1.0
+    max_tokens: int = 32
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def openai(self, **kwargs: Any) -> Any:
+        import openai
+
+        return openai.OpenAI(base_url=self.base_url, api_key=self.api_key, max_retries=0, **kwargs)
+
+    def chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+        """One chat completion with this LLM's sampling defaults; returns the first choice's message."""
+        params: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        params.update(kwargs)
+        resp = self.openai().chat.completions.create(model=self.model, messages=messages, **params)
+        return resp.choices[0].message
+
+
+@dataclass
+class TaskPackage:
+    name: str
+    make_instance: Callable[[int], dict[str, Any]]
+    run_episode: Callable[[dict[str, Any], AgentLLM], dict[str, float]] | None
+    run_group: Callable[..., None] | None = None
+    module: ModuleType | None = None
+
+
+def load_task(name: str) -> TaskPackage:
+    """Import ``experiments.<name>`` (or a dotted module path) and check it has the task shape."""
+    module_name = name if "." in name else f"experiments.{name}"
+    try:
+        mod = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"task {name!r}: no module {module_name!r} ({exc})") from exc
+    make_instance = getattr(mod, "make_instance", None)
+    run_episode = getattr(mod, "run_episode", None)
+    run_group = getattr(mod, "run_group", None)
+    if not callable(make_instance):
+        raise ValueError(f"task {name!r}: {module_name} has no make_instance(seed) function")
+    if not callable(run_episode) and not callable(run_group):
+        raise ValueError(f"task {name!r}: {module_name} needs run_episode(instance, llm) or run_group(...)")
+    return TaskPackage(name.rsplit(".", 1)[-1], make_instance, run_episode, run_group, mod)

@@ -1,0 +1,115 @@
+"""The swarm worker: runs a task's episodes against a gateway until stopped.
+
+Any number of workers on any machines may run the same task; each claims whole prompt groups
+(``group_size`` episodes on one instance, group id ``<task>-<seed>``) from its own seed stream,
+so workers never collide. A worker killed mid-episode leaves that episode open; the gateway
+abandons it after its timeout and it is never trained. The worker does not train anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from swarm.client.sdk import ClientError, SwarmClient
+from swarm.client.task import AgentLLM, TaskPackage, load_task
+
+__all__ = ["WorkerConfig", "run_worker", "run_one_episode"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerConfig:
+    server: str
+    task: str
+    workers: int = 4
+    group_size: int = 4
+    model: str = "default"
+    temperature: float = 1.0
+    max_tokens: int = 32
+    episode_timeout_s: float = 60.0
+    eval_every: int = 0  # every k-th group is an eval group (never trained); 0 = none
+    seed: int | None = None  # None: a random base, so workers on several machines never collide
+    client_id: str = field(default_factory=lambda: f"worker-{os.getpid()}-{random.randrange(1 << 30):x}")
+    max_groups: int | None = None  # stop after this many groups (None: until stopped)
+    token: str | None = None
+
+
+def _slots(cfg: WorkerConfig, stop: threading.Event) -> Iterator[tuple[int, str, str]]:
+    """(seed, group_id, type) for each episode to run, group members back to back."""
+    base = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(1 << 40)
+    k = 0
+    while not stop.is_set() and (cfg.max_groups is None or k < cfg.max_groups):
+        seed = base + k
+        kind = "eval" if cfg.eval_every and (k + 1) % cfg.eval_every == 0 else "train"
+        for _ in range(cfg.group_size):
+            yield seed, f"{cfg.task}-{seed}", kind
+        k += 1
+
+
+def run_one_episode(client: SwarmClient, task: TaskPackage, cfg: WorkerConfig, seed: int, group_id: str,
+                    kind: str = "train") -> dict[str, float]:
+    """Begin an episode, run the task's agent in it, end it with the reward; returns the reward parts."""
+    instance = task.make_instance(seed)
+    assert task.run_episode is not None
+    with client.episode(task=task.name, group_id=group_id, type=kind, client_id=cfg.client_id,
+                        timeout_s=cfg.episode_timeout_s, metadata={"seed": seed}) as ep:
+        llm = AgentLLM(ep.base_url, ep.api_key, cfg.model, cfg.temperature, cfg.max_tokens)
+        parts = task.run_episode(instance, llm)
+        reward = float(parts["reward"])
+        ep.end(reward=reward, **{k: v for k, v in parts.items() if k != "reward"})
+    return parts
+
+
+def run_worker(cfg: WorkerConfig, stop: threading.Event | None = None) -> dict[str, Any]:
+    """Run episodes with ``cfg.workers`` threads until ``stop`` is set or ``max_groups`` are done."""
+    stop = stop or threading.Event()
+    task = load_task(cfg.task)
+    slots = _slots(cfg, stop)
+    lock = threading.Lock()
+    stats: dict[str, Any] = {"episodes": 0, "failed": 0, "reward_sum": 0.0}
+
+    def next_slot() -> tuple[int, str, str] | None:
+        with lock:
+            return next(slots, None)
+
+    def loop() -> None:
+        with SwarmClient(cfg.server, token=cfg.token) as client:
+            while not stop.is_set():
+                slot = next_slot()
+                if slot is None:
+                    return
+                seed, group_id, kind = slot
+                try:
+                    if task.run_group is not None:
+                        task.run_group(task.make_instance(seed), client, group_id, cfg)
+                        parts = {"reward": 0.0}
+                    else:
+                        parts = run_one_episode(client, task, cfg, seed, group_id, kind)
+                except ClientError as exc:
+                    if stop.is_set():
+                        return
+                    log.warning("episode in %s failed: %s", group_id, exc)
+                    with lock:
+                        stats["failed"] += 1
+                    continue
+                except Exception as exc:  # agent code failing is a result, not a crash of the worker
+                    log.warning("agent error in %s: %r", group_id, exc)
+                    with lock:
+                        stats["failed"] += 1
+                    continue
+                with lock:
+                    stats["episodes"] += 1
+                    stats["reward_sum"] += float(parts.get("reward", 0.0))
+
+    with ThreadPoolExecutor(cfg.workers, thread_name_prefix="swarm-worker") as pool:
+        for f in [pool.submit(loop) for _ in range(cfg.workers)]:
+            f.result()
+    return stats
