@@ -6,8 +6,14 @@ A task package is a module ``experiments.<name>`` (or any importable module path
 - ``run_episode(instance: dict, llm: AgentLLM) -> dict``: the agent workflow; it talks to the
   policy only through ``llm`` (an OpenAI base_url + api key) and returns reward parts, at least
   ``{"reward": float}``;
-- optionally ``run_group(instance, client, group_id, llm_settings) -> None`` for multi-agent
-  tasks that open several episodes (one per player) themselves.
+- or, for multi-agent tasks, ``run_multiagent(instance, client, group_id, cfg) -> dict``: one
+  game that opens its own episodes (one per LLM player) through ``client``
+  (:class:`swarm.client.sdk.SwarmClient`), ends them with their rewards, and returns the
+  trainable side's reward parts. ``cfg`` is the :class:`swarm.client.worker.WorkerConfig`
+  (``cfg.options`` holds task options such as a role -> policy map).
+
+An instance may carry a ``"task"`` key naming the task its episodes are recorded under (a
+mixture task such as ``cocktail`` uses it so per-task metrics stay separate).
 
 This module does not run anything; :mod:`swarm.client.worker` does.
 """
@@ -52,7 +58,7 @@ class TaskPackage:
     name: str
     make_instance: Callable[[int], dict[str, Any]]
     run_episode: Callable[[dict[str, Any], AgentLLM], dict[str, float]] | None
-    run_group: Callable[..., None] | None = None
+    run_multiagent: Callable[..., dict[str, float]] | None = None
     module: ModuleType | None = None
 
 
@@ -65,9 +71,9 @@ def load_task(name: str) -> TaskPackage:
         raise ValueError(f"task {name!r}: no module {module_name!r} ({exc})") from exc
     make_instance = getattr(mod, "make_instance", None)
     run_episode = getattr(mod, "run_episode", None)
-    run_group = getattr(mod, "run_group", None)
+    run_multiagent = getattr(mod, "run_multiagent", None)
     if not callable(make_instance):
         raise ValueError(f"task {name!r}: {module_name} has no make_instance(seed) function")
-    if not callable(run_episode) and not callable(run_group):
-        raise ValueError(f"task {name!r}: {module_name} needs run_episode(instance, llm) or run_group(...)")
-    return TaskPackage(name.rsplit(".", 1)[-1], make_instance, run_episode, run_group, mod)
+    if not callable(run_episode) and not callable(run_multiagent):
+        raise ValueError(f"task {name!r}: {module_name} needs run_episode(instance, llm) or run_multiagent(...)")
+    return TaskPackage(name.rsplit(".", 1)[-1], make_instance, run_episode, run_multiagent, mod)

@@ -40,6 +40,7 @@ class WorkerConfig:
     client_id: str = field(default_factory=lambda: f"worker-{os.getpid()}-{random.randrange(1 << 30):x}")
     max_groups: int | None = None  # stop after this many groups (None: until stopped)
     token: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # task-specific (role -> policy map, mix, ...)
 
 
 def _slots(cfg: WorkerConfig, stop: threading.Event) -> Iterator[tuple[int, str, str]]:
@@ -59,7 +60,7 @@ def run_one_episode(client: SwarmClient, task: TaskPackage, cfg: WorkerConfig, s
     """Begin an episode, run the task's agent in it, end it with the reward; returns the reward parts."""
     instance = task.make_instance(seed)
     assert task.run_episode is not None
-    with client.episode(task=task.name, group_id=group_id, type=kind, client_id=cfg.client_id,
+    with client.episode(task=instance.get("task", task.name), group_id=group_id, type=kind, client_id=cfg.client_id,
                         timeout_s=cfg.episode_timeout_s, metadata={"seed": seed}) as ep:
         llm = AgentLLM(ep.base_url, ep.api_key, cfg.model, cfg.temperature, cfg.max_tokens)
         parts = task.run_episode(instance, llm)
@@ -88,9 +89,8 @@ def run_worker(cfg: WorkerConfig, stop: threading.Event | None = None) -> dict[s
                     return
                 seed, group_id, kind = slot
                 try:
-                    if task.run_group is not None:
-                        task.run_group(task.make_instance(seed), client, group_id, cfg)
-                        parts = {"reward": 0.0}
+                    if task.run_multiagent is not None:
+                        parts = task.run_multiagent(task.make_instance(seed), client, group_id, cfg)
                     else:
                         parts = run_one_episode(client, task, cfg, seed, group_id, kind)
                 except ClientError as exc:
