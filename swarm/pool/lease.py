@@ -1,0 +1,222 @@
+"""Leases: how a trainer takes steps out of the pool without losing or repeating any.
+
+``lease`` atomically reserves matching, unconsumed, unleased steps (whole groups at a time)
+and returns them with their tokens; ``ack`` marks them consumed by a policy version;
+``release`` hands them back; a lease that is neither acked nor released before it expires
+returns its steps by itself (a step whose lease has expired is simply available again).
+
+Atomicity: on SQLite the claim runs under ``BEGIN IMMEDIATE`` (the database write lock); on
+PostgreSQL under a transaction-scoped advisory lock, with a conditional UPDATE whose row
+count is checked, so two leases never share a step across threads, processes or machines.
+Steps of abandoned episodes are never leased.
+
+Errors: ValidationError (bad arguments), LeaseError (unknown, expired, released or acked).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict
+
+from swarm.errors import ConflictError, LeaseError, ValidationError
+from swarm.pool.engine import claim_lock
+from swarm.pool.filter import StepFilter
+from swarm.pool.query import JOIN, step_conditions
+from swarm.pool.schema import episodes as E
+from swarm.pool.schema import leases as LS
+from swarm.pool.schema import steps as S
+from swarm.records import EpisodeStatus, Step, new_id, now
+
+if TYPE_CHECKING:
+    from swarm.pool.store import Pool
+
+__all__ = ["Lease", "LeaseMixin"]
+
+
+class Lease(BaseModel):
+    """Steps reserved for one consumer until ``expires_at``.
+
+    ``group_ids`` lists the leased groups in lease order: a step's ``group_id``, or the
+    ``step_id`` of a step without a group (a group of one). Steps come grouped in that order.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    lease_id: str
+    steps: list[Step]
+    expires_at: float
+    group_ids: list[str]
+
+
+class LeaseMixin:
+    """Lease / ack / release for :class:`swarm.pool.store.Pool`."""
+
+    def lease(
+        self: Pool,
+        filter: StepFilter,
+        max_steps: int | None = None,
+        max_groups: int | None = None,
+        ttl_s: float = 60,
+    ) -> Lease:
+        """Reserve up to ``max_steps`` steps and/or ``max_groups`` groups matching ``filter``.
+
+        Oldest groups first; a group is taken whole or not at all, so with ``max_steps`` a
+        group that does not fit is skipped (one larger than ``max_steps`` is never taken by
+        a ``max_steps``-only lease: use ``max_groups``). Returns an empty lease when nothing
+        is available.
+        """
+        from swarm.pool.store import coerce
+
+        f = coerce(StepFilter, filter, "filter")
+        if max_steps is None and max_groups is None:
+            raise ValidationError("lease needs max_steps or max_groups")
+        for name, v in (("max_steps", max_steps), ("max_groups", max_groups)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValidationError(f"{name}: must be a positive integer, got {v!r}")
+        if not (isinstance(ttl_s, int | float) and math.isfinite(ttl_s) and ttl_s > 0):
+            raise ValidationError(f"ttl_s: must be a positive number of seconds, got {ttl_s!r}")
+        if f.consumed:
+            raise ValidationError("consumed: a lease only takes unconsumed steps; leave consumed unset or False")
+
+        lease_id = new_id("lease")
+        with self._tx(write=True) as c:
+            claim_lock(c)
+            t = now()
+            unclaimed = [S.c.consumed_version.is_(None), sa.or_(S.c.lease_id.is_(None), S.c.lease_expires_at <= t)]
+            where = [*step_conditions(f, self.dialect), *unclaimed, E.c.status != EpisodeStatus.abandoned.value]
+            order = _candidate_groups(c, where, max_groups or 2 * (max_steps or 0))
+            members = _members(c, where, order)
+            chosen: list[str] = []
+            ids: list[str] = []
+            for key in order:
+                size = len(members.get(key, ()))
+                if size == 0:
+                    continue
+                if max_groups is not None and len(chosen) >= max_groups:
+                    break
+                if max_steps is not None and len(ids) + size > max_steps:
+                    continue
+                chosen.append(key)
+                ids.extend(members[key])
+                if max_steps is not None and len(ids) == max_steps:
+                    break
+            expires = t + float(ttl_s)
+            claimed = 0
+            for i in range(0, len(ids), 500):
+                chunk = ids[i : i + 500]
+                res = c.execute(
+                    S.update()
+                    .where(S.c.step_id.in_(chunk), *unclaimed)
+                    .values(lease_id=lease_id, lease_expires_at=expires)
+                )
+                claimed += res.rowcount
+            if claimed != len(ids):  # cannot happen under the claim lock; never hand out a shared step
+                raise ConflictError("steps were claimed concurrently; retry the lease", lease_id=lease_id)
+            c.execute(
+                LS.insert(),
+                {
+                    "lease_id": lease_id,
+                    "state": "active",
+                    "n_steps": len(ids),
+                    "created_at": t,
+                    "expires_at": expires,
+                    "consumed_version": None,
+                    "filter": f.model_dump(mode="json"),
+                },
+            )
+            steps = self._read_steps(c, [S.c.lease_id == lease_id], with_tokens=True) if ids else []
+        rank = {k: i for i, k in enumerate(chosen)}
+        steps.sort(key=lambda s: (rank[s.group_id or s.step_id], s.created_at, s.step_id))
+        return Lease(lease_id=lease_id, steps=steps, expires_at=expires, group_ids=chosen)
+
+    def ack(self: Pool, lease_id: str, consumed_version: int) -> int:
+        """Mark a live lease's steps consumed by ``consumed_version``; returns how many."""
+        if isinstance(consumed_version, bool) or not isinstance(consumed_version, int) or consumed_version < 0:
+            raise ValidationError(f"consumed_version: must be an integer >= 0, got {consumed_version!r}")
+        with self._tx(write=True) as c:
+            row = _live(c, lease_id)
+            t = now()
+            res = c.execute(
+                S.update()
+                .where(S.c.lease_id == lease_id, S.c.consumed_version.is_(None))
+                .values(consumed_version=consumed_version, consumed_at=t)
+            )
+            if res.rowcount != row.n_steps:
+                raise LeaseError("lease lost some of its steps", lease_id=lease_id)
+            c.execute(
+                LS.update().where(LS.c.lease_id == lease_id).values(state="acked", consumed_version=consumed_version)
+            )
+            return int(res.rowcount)
+
+    def release(self: Pool, lease_id: str) -> int:
+        """Hand a lease's steps back to the pool; returns how many. Releasing twice is a no-op."""
+        with self._tx(write=True) as c:
+            row = c.execute(sa.select(LS).where(LS.c.lease_id == lease_id)).first()
+            if row is None:
+                raise LeaseError("no such lease", lease_id=lease_id)
+            if row.state == "acked":
+                raise LeaseError("lease is already acknowledged", lease_id=lease_id)
+            if row.state == "released":
+                return 0
+            res = c.execute(
+                S.update()
+                .where(S.c.lease_id == lease_id, S.c.consumed_version.is_(None))
+                .values(lease_id=None, lease_expires_at=None)
+            )
+            c.execute(LS.update().where(LS.c.lease_id == lease_id).values(state="released"))
+            return int(res.rowcount)
+
+
+def _live(c: sa.Connection, lease_id: str) -> Any:
+    row = c.execute(sa.select(LS).where(LS.c.lease_id == lease_id)).first()
+    if row is None:
+        raise LeaseError("no such lease", lease_id=lease_id)
+    if row.state != "active":
+        raise LeaseError(f"lease is already {row.state}", lease_id=lease_id)
+    if row.expires_at <= now():
+        raise LeaseError("lease has expired; its steps went back to the pool", lease_id=lease_id)
+    return row
+
+
+def _candidate_groups(c: sa.Connection, where: list[sa.ColumnElement], want: int) -> list[str]:
+    """The ``want`` oldest available group keys, oldest first (pages through the index)."""
+    keys: dict[str, None] = {}
+    page = max(256, 4 * want)
+    offset = 0
+    while len(keys) < want:
+        q = (
+            sa.select(S.c.step_id, S.c.group_id)
+            .select_from(JOIN)
+            .where(*where)
+            .order_by(S.c.created_at, S.c.step_id)
+            .limit(page)
+            .offset(offset)
+        )
+        rows = c.execute(q).all()
+        for sid, gid in rows:
+            keys.setdefault(gid or sid)
+            if len(keys) >= want:
+                break
+        if len(rows) < page:
+            break
+        offset += page
+    return list(keys)
+
+
+def _members(c: sa.Connection, where: list[sa.ColumnElement], keys: list[str]) -> dict[str, list[str]]:
+    """Available step ids of each group key (whole groups)."""
+    out: dict[str, list[str]] = {}
+    for i in range(0, len(keys), 500):
+        chunk = keys[i : i + 500]
+        q = (
+            sa.select(S.c.step_id, S.c.group_id)
+            .select_from(JOIN)
+            .where(*where, sa.or_(S.c.group_id.in_(chunk), sa.and_(S.c.group_id.is_(None), S.c.step_id.in_(chunk))))
+            .order_by(S.c.created_at, S.c.step_id)
+        )
+        for sid, gid in c.execute(q):
+            out.setdefault(gid or sid, []).append(sid)
+    return out

@@ -1,0 +1,147 @@
+"""The pool's SQL schema (SQLAlchemy Core), identical on SQLite and PostgreSQL.
+
+Steps keep their filterable fields as indexed columns and their token sequence as a list of
+content-addressed block keys plus an inline tail (see :mod:`swarm.pool.blocks`); the rest of
+the record (messages, text, tool calls, timings) is one JSON column. Lease state lives on the
+step row (``lease_id``, ``lease_expires_at``, ``consumed_version``) so a claim is one UPDATE.
+
+No migrations: tables are created when missing.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+__all__ = ["metadata", "episodes", "steps", "blocks", "events", "labels", "leases", "policy_versions"]
+
+metadata = sa.MetaData()
+JSON = sa.JSON().with_variant(JSONB(), "postgresql")
+ID = sa.String(128)
+
+episodes = sa.Table(
+    "episodes",
+    metadata,
+    sa.Column("episode_id", ID, primary_key=True),
+    sa.Column("task", sa.String(256), nullable=False),
+    sa.Column("group_id", ID),
+    sa.Column("client_id", ID),
+    sa.Column("type", sa.String(16), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("reward", sa.Double),
+    sa.Column("reward_status", sa.String(16), nullable=False),
+    sa.Column("timeout_s", sa.Double),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("updated_at", sa.Double, nullable=False),
+    sa.Column("ended_at", sa.Double),
+    sa.Column("meta", JSON, nullable=False),
+    sa.Index("ix_episodes_status_updated", "status", "updated_at"),
+    sa.Index("ix_episodes_task", "task"),
+    sa.Index("ix_episodes_group", "group_id"),
+    sa.Index("ix_episodes_reward_status", "reward_status"),
+    sa.Index("ix_episodes_created", "created_at"),
+)
+
+steps = sa.Table(
+    "steps",
+    metadata,
+    sa.Column("step_id", ID, primary_key=True),
+    sa.Column("episode_id", ID, nullable=False),
+    sa.Column("idx", sa.Integer, nullable=False),
+    sa.Column("parent_step_id", ID),
+    sa.Column("task", sa.String(256), nullable=False),
+    sa.Column("group_id", ID),
+    sa.Column("policy", sa.String(256), nullable=False),
+    sa.Column("policy_version", sa.Integer, nullable=False),
+    sa.Column("source", sa.String(16), nullable=False),
+    sa.Column("response_id", ID),
+    sa.Column("reward", sa.Double),
+    sa.Column("reward_status", sa.String(16), nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("length", sa.Integer, nullable=False),
+    sa.Column("n_prompt", sa.Integer, nullable=False),
+    sa.Column("block_keys", sa.LargeBinary, nullable=False),
+    sa.Column("tail", sa.LargeBinary, nullable=False),
+    sa.Column("logprobs", sa.LargeBinary),
+    sa.Column("body", JSON, nullable=False),
+    sa.Column("meta", JSON, nullable=False),
+    # hash of the record as first written (reward excluded): makes re-adding idempotent
+    sa.Column("digest", sa.LargeBinary(16), nullable=False),
+    sa.Column("lease_id", ID),
+    sa.Column("lease_expires_at", sa.Double),
+    sa.Column("consumed_version", sa.Integer),
+    sa.Column("consumed_at", sa.Double),
+    sa.Index("ix_steps_episode_idx", "episode_id", "idx"),
+    sa.Index("ix_steps_group", "group_id"),
+    sa.Index("ix_steps_task", "task"),
+    sa.Index("ix_steps_policy_version", "policy", "policy_version"),
+    sa.Index("ix_steps_reward_status", "reward_status"),
+    sa.Index("ix_steps_source", "source"),
+    sa.Index("ix_steps_created", "created_at"),
+    sa.Index("ix_steps_response_id", "response_id"),
+    sa.Index("ix_steps_lease", "lease_id"),
+    # what a lease scans: unconsumed steps, oldest first
+    sa.Index(
+        "ix_steps_unconsumed_created",
+        "created_at",
+        sqlite_where=sa.text("consumed_version IS NULL"),
+        postgresql_where=sa.text("consumed_version IS NULL"),
+    ),
+)
+
+blocks = sa.Table(
+    "blocks",
+    metadata,
+    sa.Column("key", sa.LargeBinary(16), primary_key=True),
+    sa.Column("tokens", sa.LargeBinary, nullable=False),
+    sqlite_with_rowid=False,
+)
+
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("event_id", ID, primary_key=True),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("episode_id", ID),
+    sa.Column("step_id", ID),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("record", JSON, nullable=False),
+    sa.Index("ix_events_episode", "episode_id"),
+    sa.Index("ix_events_step", "step_id"),
+)
+
+labels = sa.Table(
+    "labels",
+    metadata,
+    sa.Column("label_id", ID, primary_key=True),
+    sa.Column("target", sa.String(16), nullable=False),
+    sa.Column("target_id", ID, nullable=False),
+    sa.Column("label", sa.String(256), nullable=False),
+    sa.Column("exclude", sa.Boolean, nullable=False),
+    sa.Column("note", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Index("ix_labels_target", "target_id", "target"),
+    sa.Index("ix_labels_label", "label"),
+)
+
+leases = sa.Table(
+    "leases",
+    metadata,
+    sa.Column("lease_id", ID, primary_key=True),
+    sa.Column("state", sa.String(16), nullable=False),  # active | acked | released
+    sa.Column("n_steps", sa.Integer, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=False),
+    sa.Column("consumed_version", sa.Integer),
+    sa.Column("filter", JSON, nullable=False),
+)
+
+policy_versions = sa.Table(
+    "policy_versions",
+    metadata,
+    sa.Column("policy", sa.String(256), primary_key=True),
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("adapter_path", sa.Text),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("meta", JSON, nullable=False),
+)
