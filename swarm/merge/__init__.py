@@ -1,0 +1,29 @@
+"""Prefix merging of training sequences: compute every shared token once, train exactly.
+
+Steps become :class:`TrainSeq` items; :func:`merge_items` lays them out as packed rows in one of
+three modes (``none``, ``timeline``, ``tree``) with per-target gather indices, and reports the
+savings in :class:`MergeStats`; :func:`collate` turns rows into model inputs with a tree
+attention mask. Nothing here runs a model or computes a loss (``swarm.train`` does).
+"""
+
+from swarm.merge.collate import Collated, collate, micro_batches, tree_attention_mask
+from swarm.merge.items import TrainSeq
+from swarm.merge.layout import PackedRow
+from swarm.merge.modes import MODES, MergedBatch, MergeMode, MergeStats, merge_items, timeline_chains
+from swarm.merge.trie import PrefixTrie
+
+__all__ = [
+    "TrainSeq",
+    "PrefixTrie",
+    "PackedRow",
+    "MergeMode",
+    "MergeStats",
+    "MergedBatch",
+    "MODES",
+    "merge_items",
+    "timeline_chains",
+    "Collated",
+    "collate",
+    "micro_batches",
+    "tree_attention_mask",
+]
