@@ -1,0 +1,62 @@
+"""Run packed rows through a causal LM and gather each target's logprob.
+
+Calls the model's decoder (``get_decoder()``) directly with the tree mask and depth position
+ids, then applies the LM head only at the *predicting* positions (each distinct one once), so
+the full ``(B, L, vocab)`` logits are never materialised. Logits are divided by the sampling
+temperature before the softmax, so logprobs match what the backend sampled from.
+
+Works for peft-wrapped models (LoRA layers live inside the decoder) and plain ones. The mask is
+boolean for SDPA, additive float for other attention implementations; flash-attention kernels
+cannot take an arbitrary tree mask. Does not compute losses.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from swarm.merge.collate import Collated
+
+__all__ = ["target_logprobs", "base_causal_lm"]
+
+
+def base_causal_lm(model: torch.nn.Module) -> torch.nn.Module:
+    """The underlying ``*ForCausalLM`` of a peft model (adapter layers included), or the model."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) else model
+
+
+def target_logprobs(
+    model: torch.nn.Module, col: Collated, temperature: float = 1.0, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-target logprobs ``(T,)`` (with grad if enabled) and, optionally, entropies (no grad)."""
+    lm = base_causal_lm(model)
+    device = next(lm.parameters()).device
+    mask = col.attention_mask
+    if mask is not None:
+        mask = mask.to(device)
+        if lm.config._attn_implementation != "sdpa":
+            dtype = next(lm.parameters()).dtype
+            mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill(~mask, torch.finfo(dtype).min)
+    out = lm.get_decoder()(
+        input_ids=col.input_ids.to(device),
+        attention_mask=mask,
+        position_ids=None if col.position_ids is None else col.position_ids.to(device),
+        use_cache=False,
+    )
+    hidden = out.last_hidden_state
+    length = hidden.shape[1]
+    flat = (col.predict_row * length + col.predict_pos).to(device)
+    uniq, inverse = torch.unique(flat, return_inverse=True)
+    logits = lm.get_output_embeddings()(hidden.reshape(-1, hidden.shape[-1])[uniq]).float()
+    cap = getattr(lm.config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    logits = logits / temperature
+    logz = torch.logsumexp(logits, dim=-1)
+    logp = logits[inverse, col.target_ids.to(device)] - logz[inverse]
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            probs = torch.softmax(logits, dim=-1)
+            entropy = (logz - (probs * logits).sum(-1))[inverse]
+    return logp, entropy

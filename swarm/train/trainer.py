@@ -1,0 +1,260 @@
+"""The update loop: merge a batch, accumulate gradients over packed rows, step, publish.
+
+:class:`Trainer` owns a model (peft LoRA or full fine-tune), an AdamW optimizer and the policy
+version counter. :meth:`Trainer.update` runs exactly one optimizer step on a list of
+:class:`~swarm.merge.TrainSeq`: merge (``none`` / ``timeline`` / ``tree``), micro-batches up to
+the token budget, PPO-clip (+ optional k3 KL to the adapter-disabled base) with weights fixed
+over the whole batch, so accumulation equals the full-batch gradient; then grad clipping and
+the step. :meth:`Trainer.publish` saves the adapter in peft format, calls the backend's
+``load_weights(policy, adapter_state, version)`` and bumps the version.
+:meth:`Trainer.save_checkpoint` / :meth:`Trainer.resume` make the loop restartable.
+
+It does not lease or ack pool batches, compute advantages, or log: callers do, with the
+metrics dict each call returns.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from swarm.errors import ValidationError
+from swarm.merge import TrainSeq, collate, merge_items, micro_batches
+from swarm.records import PolicyVersion
+from swarm.train.advantages import advantage_stats
+from swarm.train.checkpoint import commit_checkpoint, load_latest_checkpoint
+from swarm.train.config import TrainConfig
+from swarm.train.forward import target_logprobs
+from swarm.train.losses import item_token_weights, k3_kl, ppo_clip_loss
+from swarm.train.publish import adapter_state, is_peft, save_adapter
+
+__all__ = ["Trainer"]
+
+
+class Trainer:
+    """One policy's trainer. ``backend`` is anything with ``load_weights(policy, state, version)``."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: TrainConfig | None = None,
+        *,
+        policy: str = "default",
+        backend: Any = None,
+        out_dir: str | Path | None = None,
+        ref_model: torch.nn.Module | None = None,
+        version: int | None = None,
+    ) -> None:
+        self.config = config or TrainConfig()
+        self.policy = policy
+        self.backend = backend
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        if self.config.lora is not None and not is_peft(model):
+            from peft import LoraConfig, get_peft_model
+
+            spec = self.config.lora
+            model = get_peft_model(
+                model,
+                LoraConfig(
+                    r=spec.rank,
+                    lora_alpha=spec.alpha,
+                    lora_dropout=spec.dropout,
+                    target_modules=list(spec.target_modules),
+                    task_type="CAUSAL_LM",
+                ),
+            )
+        self.model = model
+        self.ref_model = ref_model
+        if self.config.kl_coef > 0 and not is_peft(model) and ref_model is None:
+            raise ValidationError("train.kl_coef > 0 with full fine-tuning needs a ref_model (or use lora)")
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if not params:
+            raise ValidationError("the model has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(
+            params, lr=self.config.lr, betas=self.config.betas, weight_decay=self.config.weight_decay
+        )
+        if version is None:
+            version = backend.version(policy) if backend is not None and hasattr(backend, "version") else 0
+        self.version = int(version)
+        self.updates = 0
+
+    @classmethod
+    def from_pretrained(cls, model_path: str | Path, config: TrainConfig | None = None, **kwargs: Any) -> Trainer:
+        """Load a local causal LM in fp32 (no downloads when HF_HUB_OFFLINE is set)."""
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
+        return cls(model, config, **kwargs)
+
+    # -- the update ---------------------------------------------------------------------------
+
+    def update(self, items: list[TrainSeq]) -> dict[str, float]:
+        """One optimizer step on ``items``; returns the metrics dict (``train/``, ``merge/``, ``adv/``, ``time/``)."""
+        cfg = self.config
+        t0 = time.perf_counter()
+        batch = merge_items(items, cfg.merge, cfg.token_budget)
+        t_merge = time.perf_counter() - t0
+        n_targets = [0] * len(items)
+        for row in batch.rows:
+            for i in row.target_item:
+                n_targets[i] += 1
+        w_item = item_token_weights(n_targets, cfg.loss_agg).float()
+        adv = torch.tensor([it.advantage for it in items], dtype=torch.float32)
+        width = max((len(it.response_ids) for it in items), default=0)
+        beh = torch.full((len(items), max(width, 1)), float("nan"))
+        for i, it in enumerate(items):
+            if it.behaviour_logprobs is not None and it.response_ids:
+                beh[i, : len(it.response_ids)] = torch.tensor(it.behaviour_logprobs)
+
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        sums = {k: 0.0 for k in ("loss", "pg", "kl_ref", "clipped", "approx_kl", "entropy", "ratio", "tis")}
+        count = 0
+        t_fwd = t_bwd = 0.0
+        for group in micro_batches(batch.rows, cfg.token_budget):
+            col = collate([batch.rows[i] for i in group], pad_id=cfg.pad_id)
+            if col.target_ids.numel() == 0:
+                continue
+            t1 = time.perf_counter()
+            logp, ent = target_logprobs(self.model, col, cfg.temperature, with_entropy=True)
+            a = adv[col.target_item]
+            pg, info = ppo_clip_loss(
+                logp,
+                beh[col.target_item, col.target_offset],
+                a,
+                proximal_logp=logp.detach() if cfg.ratio == "decoupled" else None,
+                clip_low=cfg.clip_low,
+                clip_high=cfg.clip_high,
+                tis_cap=cfg.tis_cap,
+            )
+            tok_loss = pg
+            if cfg.kl_coef > 0:
+                kl = k3_kl(logp, self._ref_logprobs(col))
+                tok_loss = pg + cfg.kl_coef * kl
+                sums["kl_ref"] += kl.detach().sum().item()
+            w = w_item[col.target_item]
+            loss = (w * tok_loss).sum()
+            t2 = time.perf_counter()
+            loss.backward()
+            t3 = time.perf_counter()
+            t_fwd += t2 - t1
+            t_bwd += t3 - t2
+            sums["loss"] += loss.item()
+            sums["pg"] += (w * pg.detach()).sum().item()
+            sums["clipped"] += info["clipped"].sum().item()
+            sums["approx_kl"] += info["approx_kl"].sum().item()
+            sums["ratio"] += info["ratio"].sum().item()
+            sums["tis"] += info["tis_weight"].sum().item()
+            sums["entropy"] += ent.sum().item()
+            count += int(col.target_ids.numel())
+
+        t4 = time.perf_counter()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm else float("inf"))
+        if count:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.updates += 1
+        n = max(count, 1)
+        metrics = {
+            "train/loss": sums["loss"],
+            "train/pg_loss": sums["pg"],
+            "train/clip_frac": sums["clipped"] / n,
+            "train/approx_kl": sums["approx_kl"] / n,
+            "train/ratio_mean": sums["ratio"] / n,
+            "train/tis_weight_mean": sums["tis"] / n,
+            "train/entropy": sums["entropy"] / n,
+            "train/grad_norm": float(grad_norm),
+            "train/tokens": float(count),
+            "train/tokens_forward": float(batch.stats.tokens_after),
+            "train/updates": float(self.updates),
+            "time/merge_s": t_merge,
+            "time/forward_s": t_fwd,
+            "time/backward_s": t_bwd,
+            "time/optimizer_s": time.perf_counter() - t4,
+            "time/update_s": time.perf_counter() - t0,
+        }
+        if cfg.kl_coef > 0:
+            metrics["train/kl_ref"] = sums["kl_ref"] / n
+        metrics.update(batch.stats.as_metrics())
+        metrics.update(advantage_stats([it.advantage for it in items]))
+        return metrics
+
+    def _ref_logprobs(self, col) -> torch.Tensor:
+        with torch.no_grad():
+            if self.ref_model is not None:
+                return target_logprobs(self.ref_model, col, self.config.temperature)[0]
+            with self.model.disable_adapter():
+                return target_logprobs(self.model, col, self.config.temperature)[0]
+
+    # -- publishing ---------------------------------------------------------------------------
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        """What ``publish`` sends: peft adapter weights (LoRA) or the full state dict."""
+        return adapter_state(self.model)
+
+    def publish(self) -> tuple[PolicyVersion, dict[str, float]]:
+        """Save (when ``out_dir`` is set), load into the backend, bump the version."""
+        t0 = time.perf_counter()
+        version = self.version + 1
+        path = None
+        if self.out_dir is not None:
+            path = save_adapter(self.model, self.out_dir / "adapters" / self.policy / f"v{version:06d}",
+                                policy=self.policy, version=version)
+        if self.backend is not None:
+            self.backend.load_weights(self.policy, self.adapter_state(), version)
+        self.version = version
+        record = PolicyVersion(policy=self.policy, version=version, adapter_path=None if path is None else str(path))
+        return record, {"time/publish_s": time.perf_counter() - t0, "policy/version": float(version)}
+
+    def step(self, items: list[TrainSeq]) -> dict[str, float]:
+        """``update`` then ``publish``: one committed policy version."""
+        metrics = self.update(items)
+        _, pub = self.publish()
+        metrics.update(pub)
+        return metrics
+
+    # -- checkpoint / resume ------------------------------------------------------------------
+
+    def save_checkpoint(self, root: str | Path | None = None, extra: dict[str, Any] | None = None) -> Path:
+        """Commit trainable weights, optimizer, versions and ``extra`` atomically."""
+        root = self._ckpt_root(root)
+        trainable = {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+        state = {
+            "updates": self.updates,
+            "policy": self.policy,
+            "version": self.version,
+            "trainable": trainable,
+            "optimizer": self.optimizer.state_dict(),
+            "rng": torch.get_rng_state(),
+            "extra": dict(extra or {}),
+        }
+        return commit_checkpoint(root, self.updates, state)
+
+    def resume(self, root: str | Path | None = None) -> dict[str, Any] | None:
+        """Restore the last committed checkpoint; returns its ``extra`` (None: nothing to resume)."""
+        state = load_latest_checkpoint(self._ckpt_root(root))
+        if state is None:
+            return None
+        named = dict(self.model.named_parameters())
+        missing = [n for n in state["trainable"] if n not in named]
+        if missing:
+            raise ValidationError(f"checkpoint does not match the model: unknown parameters {missing[:3]}")
+        with torch.no_grad():
+            for n, t in state["trainable"].items():
+                named[n].copy_(t)
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
+        self.updates = state["updates"]
+        self.version = state["version"]
+        return state["extra"]
+
+    def _ckpt_root(self, root: str | Path | None) -> Path:
+        if root is not None:
+            return Path(root)
+        if self.out_dir is None:
+            raise ValidationError("no checkpoint directory: pass root or construct the Trainer with out_dir")
+        return self.out_dir / "checkpoints" / self.policy
