@@ -71,3 +71,12 @@ def tiny_model_path() -> Path:
     from swarm.policy.tiny import ensure_tiny_model
 
     return ensure_tiny_model(cache_dir=REPO / ".cache" / "models")
+
+
+@pytest.fixture(scope="session")
+def warm_tiny_model_path() -> Path:
+    """The tiny model after the word-chain warm-up: the default policy of `flows.train`."""
+    from swarm.policy.tiny import ensure_tiny_model
+    from swarm.policy.warmup import word_chain_warmup
+
+    return ensure_tiny_model(cache_dir=REPO / ".cache" / "models", warmup=word_chain_warmup)

@@ -1,0 +1,90 @@
+"""A deterministic supervised warm-up for the tiny model, so RL has something to start from.
+
+A randomly initialised model never learns to end its turn and RL stalls near zero reward
+(ENVIRONMENT.md, "RL on a tiny model"). :func:`word_chain_warmup` trains it briefly on
+synthetic chats of a word-chain game: the user says a few nouns, the assistant answers with
+one noun that starts with the last letter of the user's last noun — or, in ``repeat_p`` of the
+chats, with that last noun itself. The model learns the reply format (one word, then
+``<|im_end|>``) and to read the user's last word. Because some replies repeat the word, the
+warm-up leaks part of the echo task: the warmed model answers echo prompts correctly about one
+time in seven (measured in tests/policy/test_warmup.py), and RL gains are reported against that.
+
+It does not know any task package; NOUNS simply contains the echo task's words.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+__all__ = ["NOUNS", "VERBS", "warmup_chats", "word_chain_warmup"]
+
+NOUNS = (
+    "apple", "river", "stone", "cloud", "tiger", "piano", "lemon", "candle", "garden", "rocket",
+    "silver", "window", "forest", "button", "planet", "castle", "eagle", "engine", "island", "orange",
+    "nest", "table", "egg", "goat", "train", "night", "heart", "tree", "road", "door", "rain", "nose",
+    "snake", "kite", "ear", "ring", "grape", "echo", "owl", "lamp", "pear", "robot", "tent", "yard",
+    "dog", "game", "ocean", "note", "drum", "moon", "navy", "year", "sun", "leaf", "fox", "xray",
+    "zebra", "arrow", "wolf", "field", "desk", "kettle", "hat", "mouse",
+)
+VERBS = ("say", "repeat", "echo", "tell", "give", "name")
+
+
+def _reply(last: str, rng: random.Random, repeat_p: float) -> str:
+    if rng.random() < repeat_p:
+        return last
+    chain = [w for w in NOUNS if w[0] == last[-1] and w != last]
+    return rng.choice(chain) if chain else rng.choice(NOUNS)
+
+
+def warmup_chats(n: int, seed: int = 0, repeat_p: float = 0.15) -> list[tuple[str, str]]:
+    """``n`` (user text, assistant reply) pairs of the word-chain game, deterministic in ``seed``."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        words = [rng.choice(NOUNS) for _ in range(rng.randint(1, 3))]
+        if rng.random() < 0.5:
+            words = [rng.choice(VERBS), *words[-1:]]
+        out.append((" ".join(words), _reply(words[-1], rng, repeat_p)))
+    return out
+
+
+def word_chain_warmup(model: Any, tokenizer: Any, steps: int = 300, batch_size: int = 32, lr: float = 3e-3,
+                      seed: int = 0, repeat_p: float = 0.15) -> list[float]:
+    """Train ``model`` in place on word-chain chats (loss on the reply and its end token only).
+
+    Returns the loss curve. Deterministic for a given model, tokenizer and seed.
+    """
+    import torch
+
+    torch.manual_seed(seed)
+    pairs = warmup_chats(steps * batch_size, seed=seed, repeat_p=repeat_p)
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    pad = tokenizer.pad_token_id
+    rows: list[tuple[list[int], list[int]]] = []
+    for user, reply in pairs:
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
+                                               add_generation_prompt=True)
+        p_ids = tokenizer.encode(prompt, add_special_tokens=False)
+        rows.append((p_ids, tokenizer.encode(reply, add_special_tokens=False) + [eos]))
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    losses = []
+    for s in range(steps):
+        batch = rows[s * batch_size:(s + 1) * batch_size]
+        width = max(len(p) + len(r) for p, r in batch)
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        labels = torch.full((len(batch), width), -100, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, (p, r) in enumerate(batch):  # right padding: positions stay 0..n-1
+            seq = p + r
+            ids[i, :len(seq)] = torch.tensor(seq)
+            labels[i, len(p):len(seq)] = torch.tensor(r)
+            mask[i, :len(seq)] = 1
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    model.eval()
+    return losses
