@@ -1,0 +1,90 @@
+"""A local swarm stack in one process: pool + policy backend + gateway served on loopback.
+
+Used by the training flow, the research agent's dry runs and integration tests, so all of them
+start the real gateway the same way (uvicorn in a background thread, a free port when
+``port=0``). It does not build backends from config (``flows/`` does that).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+
+from swarm.policy.base import PolicyBackend
+from swarm.pool import Pool
+
+__all__ = ["Stack", "ServerThread", "start_stack", "free_port"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class ServerThread:
+    """Runs an ASGI app with uvicorn in a daemon thread; ``stop()`` shuts it down cleanly."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        config = uvicorn.Config(app, host=host, port=self.port, log_level=log_level, access_log=False,
+                                lifespan="on", timeout_graceful_shutdown=5)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name=f"uvicorn-{self.port}", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError(f"gateway on {self.url} failed to start (see the log above)")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"gateway on {self.url} did not start within {timeout_s}s")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+@dataclass
+class Stack:
+    pool: Pool
+    backend: PolicyBackend
+    server: ServerThread
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_stack(pool: Pool, backend: PolicyBackend, settings: Any = None, host: str = "127.0.0.1",
+                port: int = 0) -> Stack:
+    """Serve ``pool`` + ``backend`` through a real gateway on ``host:port`` (0: a free port)."""
+    from swarm.gateway import GatewaySettings, create_app
+
+    app = create_app(pool, backend, settings or GatewaySettings.from_env())
+    server = ServerThread(app, host=host, port=port).start()
+    return Stack(pool, backend, server)
