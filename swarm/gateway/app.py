@@ -1,0 +1,125 @@
+"""The gateway's FastAPI app: ``create_app(pool, backend, settings)``.
+
+Wires the routers, OpenAI-shaped error handlers, the request body limit and the background
+sweep that abandons open episodes idle past their ``timeout_s``. Serving (uvicorn, host, port)
+is the caller's business: see ``flows/serve.py``. Nothing here reads config files or env vars.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio.to_thread
+from fastapi import Depends, FastAPI
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from swarm.gateway import routes_episodes, routes_ingest, routes_openai, routes_pool
+from swarm.gateway.deps import State
+from swarm.gateway.errors import install_error_handlers
+from swarm.gateway.settings import GatewaySettings
+from swarm.gateway.state import GatewayState
+from swarm.policy.base import PolicyBackend
+from swarm.pool import Pool
+
+__all__ = ["create_app", "BodyLimit"]
+
+log = logging.getLogger("swarm.gateway")
+
+
+class BodyLimit:
+    """Refuses request bodies over a limit with 413 (by Content-Length, and while streaming in).
+
+    ``POST /v1/steps`` (white-box) has its own, larger limit.
+    """
+
+    def __init__(self, app: ASGIApp, default: int, whitebox: int) -> None:
+        self.app, self.default, self.whitebox = app, default, whitebox
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        limit = self.whitebox if scope.get("path") == "/v1/steps" else self.default
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = 0
+                if declared > limit:
+                    return await self._refuse(send, limit)
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > limit:
+                    raise StarletteHTTPException(413, f"request body is larger than {limit} bytes")
+            return msg
+
+        await self.app(scope, limited, send)
+
+    @staticmethod
+    async def _refuse(send: Send, limit: int) -> None:
+        import json
+
+        body = json.dumps({"error": {"message": f"request body is larger than {limit} bytes",
+                                     "type": "invalid_request_error", "param": None,
+                                     "code": "request_too_large"}}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+async def _sweep(state: GatewayState) -> None:
+    while True:
+        await asyncio.sleep(state.settings.sweep_interval_s)
+        try:
+            ids = await anyio.to_thread.run_sync(state.pool.abandon_stale)
+            if ids:
+                log.info("abandoned %d idle episode(s)", len(ids))
+        except Exception:  # a sweep failing once (database busy) must not stop the next ones
+            log.warning("abandon sweep failed", exc_info=True)
+
+
+def create_app(pool: Pool, backend: PolicyBackend, settings: GatewaySettings | None = None) -> FastAPI:
+    """The gateway app over ``pool`` and ``backend``."""
+    settings = settings or GatewaySettings()
+    state = GatewayState(pool, backend, settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        task = asyncio.create_task(_sweep(state))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    app = FastAPI(
+        title="swarmpool gateway",
+        version="0.1.0",
+        description="OpenAI-compatible gateway that records every call as an exact step in the swarm data pool.",
+        lifespan=lifespan,
+    )
+    app.state.gateway = state
+    install_error_handlers(app)
+    app.add_middleware(BodyLimit, default=settings.max_body_bytes, whitebox=settings.max_whitebox_body_bytes)
+
+    @app.get("/health", tags=["meta"])
+    async def health(st: GatewayState = Depends(State)) -> dict[str, Any]:
+        """Liveness, the served policies and their current versions."""
+        policies = st.backend.policies()
+        return {"status": "ok", "policies": policies, "versions": {p: st.backend.version(p) for p in policies}}
+
+    for module in (routes_openai, routes_episodes, routes_ingest, routes_pool):
+        app.include_router(module.router)
+    return app

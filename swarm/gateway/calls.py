@@ -1,0 +1,236 @@
+"""One OpenAI-style call, from request body to stored steps: checks, prompt ids, generation, storage.
+
+``prepare_chat`` / ``prepare_completion`` do every check that can refuse a call *before* anything
+is generated or stored (model, limits, episode state, context length), and build the prompt ids
+(prefix-consistent for chat, see :mod:`swarm.gateway.prefix`). ``store`` writes one step per
+sampled choice in a single pool transaction, under the episode's lock so step indices are
+consecutive. A call is acknowledged to the client only after ``store`` returned.
+
+It does not format responses (:mod:`swarm.gateway.openai_format`) or stream (:mod:`swarm.gateway.streaming`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from swarm.errors import SwarmError
+from swarm.gateway.auth import Caller
+from swarm.gateway.errors import ApiError
+from swarm.gateway.openai_format import new_completion_id, normalize_tool_calls, now_s
+from swarm.gateway.prefix import PreviousCall, PromptPlan, normalize_messages, plan_prompt
+from swarm.gateway.schemas import ChatCompletionRequest, CompletionRequest
+from swarm.gateway.state import GatewayState
+from swarm.policy.base import GenerateRequest, Generation, SamplingParams
+from swarm.records import Episode, Source, Step, new_id
+
+__all__ = ["CallPlan", "prepare_chat", "prepare_completion", "generate", "store"]
+
+
+@dataclass
+class CallPlan:
+    kind: str  # "chat" | "completion"
+    episode: Episode
+    policy: str
+    request: GenerateRequest
+    prompt: PromptPlan
+    want_logprobs: bool
+    cid: str
+    created: int
+    include_usage: bool = False
+    t0: float = field(default_factory=time.perf_counter)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _check_policy(state: GatewayState, model: str) -> str:
+    served = state.backend.policies()
+    if model not in served:
+        raise ApiError(404, f"the model {model!r} does not exist on this gateway; served policies: {served}",
+                       code="model_not_found", param="model")
+    return model
+
+
+def _max_tokens(state: GatewayState, requested: int | None, param: str, context: int) -> int | None:
+    cap = state.settings.max_tokens_cap
+    if requested is not None and requested > min(cap, context):
+        raise ApiError(400, f"{param} is {requested}, more than this gateway allows ({min(cap, context)}: the "
+                       f"model's context is {context} tokens, the cap {cap})", code="invalid_value", param=param)
+    return requested
+
+
+def _sampling(state: GatewayState, body: ChatCompletionRequest | CompletionRequest, max_tokens: int | None,
+              prompt_len: int, context: int) -> SamplingParams:
+    room = context - prompt_len
+    if room < 1 or (max_tokens is not None and max_tokens > room):
+        want = max_tokens if max_tokens is not None else 1
+        raise ApiError(400, f"this model's maximum context length is {context} tokens; the prompt has {prompt_len} "
+                       f"tokens and {want} more were requested", code="context_length_exceeded", param="messages")
+    if max_tokens is None:
+        max_tokens = min(room, state.settings.max_tokens_cap, state.settings.default_max_tokens or room)
+    if body.n > state.settings.max_n:
+        raise ApiError(400, f"n is {body.n}; this gateway allows at most {state.settings.max_n}", param="n",
+                       code="invalid_value")
+    stop = body.stop if isinstance(body.stop, list) else ([body.stop] if body.stop else [])
+    if len(stop) > 16:
+        raise ApiError(400, "stop: at most 16 stop strings", param="stop", code="invalid_value")
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        stop=tuple(s for s in stop if s),
+        seed=body.seed,
+        n=body.n,
+    )
+
+
+def _messages(body: ChatCompletionRequest) -> list[dict[str, Any]]:
+    raw = []
+    for i, m in enumerate(body.messages):
+        if isinstance(m.content, list):
+            for j, part in enumerate(m.content):
+                if part.type != "text" or part.text is None:
+                    raise ApiError(400, f"content part of type {part.type!r} is not supported: this gateway serves "
+                                   "text-only models (use parts of type 'text')",
+                                   param=f"messages.{i}.content.{j}", code="unsupported_content")
+        raw.append(m.model_dump(exclude_none=True))
+    return normalize_messages(raw)
+
+
+async def _candidates(state: GatewayState, episode_id: str) -> list[PreviousCall]:
+    last = await state.db(state.pool.last_step, episode_id, with_tokens=True)
+    if last is None or last.metadata.get("kind") != "chat" or last.prompt_messages is None:
+        return []
+    steps = [last]
+    for sid in last.metadata.get("siblings", []):
+        if sid != last.step_id:
+            try:
+                steps.append(await state.db(state.pool.get_step, sid, with_tokens=True))
+            except SwarmError:
+                continue
+    steps.sort(key=lambda s: s.metadata.get("choice", 0))
+    return [PreviousCall(s.step_id, s.prompt_messages or [], s.metadata.get("tools"), s.prompt_ids, s.response_ids,
+                         s.response_text, s.tool_calls) for s in steps]
+
+
+async def prepare_chat(state: GatewayState, caller: Caller, body: ChatCompletionRequest) -> CallPlan:
+    policy = _check_policy(state, body.model)
+    context = state.backend.max_context(policy)
+    param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+    max_tokens = _max_tokens(state, body.max_completion_tokens or body.max_tokens, param, context)
+    messages = _messages(body)
+    tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+    episode = await state.open_episode(caller)
+    t0 = time.perf_counter()
+    candidates = await _candidates(state, episode.episode_id)
+    try:
+        plan = await state.cpu(plan_prompt, state.backend, policy, messages, tools, candidates)
+    except SwarmError:
+        raise
+    except Exception as exc:  # a chat template refusing these messages is the request's fault
+        raise ApiError(400, f"the chat template cannot render these messages: {type(exc).__name__}: {exc}",
+                       param="messages", code="template_error") from exc
+    sampling = _sampling(state, body, max_tokens, len(plan.prompt_ids), context)
+    request = GenerateRequest(policy=policy, messages=messages, tools=tools, prompt_ids=plan.prompt_ids,
+                              sampling=sampling)
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    return CallPlan("chat", episode, policy, request, plan, bool(body.logprobs), new_completion_id("chatcmpl"),
+                    now_s(), include_usage, timings={"prepare_s": time.perf_counter() - t0})
+
+
+async def prepare_completion(state: GatewayState, caller: Caller, body: CompletionRequest) -> CallPlan:
+    policy = _check_policy(state, body.model)
+    context = state.backend.max_context(policy)
+    max_tokens = _max_tokens(state, body.max_tokens, "max_tokens", context)
+    if body.echo:
+        raise ApiError(400, "echo=true is not supported", param="echo", code="unsupported_parameter")
+    if body.suffix:
+        raise ApiError(400, "suffix is not supported", param="suffix", code="unsupported_parameter")
+    prompt = body.prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+        if len(prompt) != 1:
+            raise ApiError(400, "only one prompt per request is supported (use n for several samples)",
+                           param="prompt", code="unsupported_parameter")
+        prompt = prompt[0]
+    episode = await state.open_episode(caller)
+    if isinstance(prompt, str):
+        ids = await state.cpu(state.backend.encode, policy, prompt)
+    else:
+        ids = list(prompt)
+    if not ids:
+        raise ApiError(400, "prompt is empty", param="prompt", code="invalid_value")
+    plan = PromptPlan(ids, None, None, "completion prompt")
+    sampling = _sampling(state, body, max_tokens, len(ids), context)
+    request = GenerateRequest(policy=policy, prompt_ids=ids, sampling=sampling)
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    return CallPlan("completion", episode, policy, request, plan, body.logprobs is not None,
+                    new_completion_id("cmpl"), now_s(), include_usage)
+
+
+async def generate(state: GatewayState, plan: CallPlan) -> list[Generation]:
+    t = time.perf_counter()
+    try:
+        gens = await state.backend.generate(plan.request)
+    except SwarmError:
+        raise
+    except Exception as exc:
+        raise ApiError(502, f"the inference backend failed: {type(exc).__name__}: {exc}", type="backend_error",
+                       code="backend_error") from exc
+    plan.timings["generate_s"] = time.perf_counter() - t
+    if not gens:
+        raise ApiError(502, "the inference backend returned no completion", type="backend_error", code="backend_error")
+    return gens
+
+
+def _steps(plan: CallPlan, gens: list[Generation], base_index: int, parent: str | None) -> list[Step]:
+    ep, req = plan.episode, plan.request
+    ids = [new_id("step") for _ in gens]
+    group = ep.group_id or (plan.cid if len(gens) > 1 else None)
+    steps = []
+    for i, g in enumerate(gens):
+        consistent = plan.prompt.prefix_consistent
+        meta: dict[str, Any] = {"kind": plan.kind, "call_id": plan.cid, "choice": i, "n": len(gens),
+                                "prefix_reason": plan.prompt.reason}
+        if g.prompt_ids != plan.prompt.prompt_ids:  # the backend re-tokenized: record what it consumed
+            consistent = False if consistent is not None else None
+            meta["prefix_reason"] = "the backend consumed other prompt ids than the gateway built"
+        if len(gens) > 1:
+            meta["siblings"] = ids
+        if req.tools:
+            meta["tools"] = req.tools
+        if plan.prompt.template_mismatch:
+            meta["template_mismatch"] = True
+        steps.append(Step(
+            step_id=ids[i],
+            episode_id=ep.episode_id,
+            index=base_index + i,
+            parent_step_id=parent,
+            task=ep.task,
+            group_id=group,
+            policy=plan.policy,
+            policy_version=g.policy_version,
+            source=Source.blackbox,
+            prompt_messages=req.messages,
+            prompt_ids=list(g.prompt_ids),
+            response_text=g.text,
+            tool_calls=normalize_tool_calls(g.tool_calls),
+            response_ids=list(g.response_ids),
+            response_logprobs=None if g.logprobs is None else [float(x) for x in g.logprobs],
+            finish_reason="tool_calls" if g.tool_calls else g.finish_reason,
+            response_id=plan.cid if i == 0 else f"{plan.cid}-{i}",
+            prefix_consistent=consistent,
+            timings={**plan.timings, "total_s": time.perf_counter() - plan.t0},
+            metadata=meta,
+        ))
+    return steps
+
+
+async def store(state: GatewayState, plan: CallPlan, gens: list[Generation]) -> list[Step]:
+    """Write one step per choice (one transaction); returns them with their tool calls normalized."""
+    ep_id = plan.episode.episode_id
+    async with state.episode_lock(ep_id):
+        last = await state.db(state.pool.last_step, ep_id, with_tokens=False)
+        parent = plan.prompt.parent_step_id or (last.step_id if last else None)
+        steps = _steps(plan, gens, 0 if last is None else last.index + 1, parent)
+        await state.db(state.pool.add_steps, steps)
+    return steps

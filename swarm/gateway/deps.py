@@ -1,0 +1,38 @@
+"""FastAPI dependencies: the gateway state and the four kinds of caller a route may require.
+
+The ``HTTPBearer`` scheme is declared only so /openapi.json documents the bearer auth; the checks
+themselves are in :class:`swarm.gateway.state.GatewayState`.
+"""
+
+from __future__ import annotations
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from swarm.gateway.auth import Caller
+from swarm.gateway.state import GatewayState, get_state
+
+__all__ = ["State", "episode_caller", "client_caller", "any_caller", "admin_caller"]
+
+_bearer = HTTPBearer(auto_error=False, description="an episode api key, the client token or the admin token")
+_Cred = HTTPAuthorizationCredentials | None
+
+
+def State(request: Request) -> GatewayState:  # noqa: N802 - reads as a type in signatures
+    return get_state(request)
+
+
+def episode_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
+    return get_state(request).episode_caller(request)
+
+
+def client_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
+    return get_state(request).client_caller(request)
+
+
+def any_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
+    return get_state(request).any_caller(request)
+
+
+def admin_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
+    return get_state(request).admin_caller(request)

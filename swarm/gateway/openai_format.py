@@ -1,0 +1,136 @@
+"""OpenAI response shapes: chat completions, completions, stream chunks, logprobs, usage.
+
+Pure functions from backend :class:`~swarm.policy.base.Generation` objects to JSON-ready dicts.
+``top_logprobs`` lists are always empty: backends report only the sampled token's logprob.
+This module does not store, validate requests or talk to the backend beyond ``decode``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from swarm.policy.base import Generation, PolicyBackend
+
+__all__ = [
+    "new_completion_id", "normalize_tool_calls", "chat_logprobs", "chat_response", "chat_chunk",
+    "completion_response", "completion_chunk", "completion_logprobs", "usage",
+]
+
+
+def new_completion_id(kind: str = "chatcmpl") -> str:
+    return f"{kind}-{uuid.uuid4().hex}"
+
+
+def normalize_tool_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool calls in OpenAI's shape: ``{id, type: "function", function: {name, arguments: str}}``."""
+    out = []
+    for c in calls or []:
+        fn = c.get("function") or {"name": c.get("name", ""), "arguments": c.get("arguments", {})}
+        args = fn.get("arguments", "")
+        if not isinstance(args, str):
+            args = json.dumps(args)
+        out.append({
+            "id": c.get("id") or f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": str(fn.get("name", "")), "arguments": args},
+        })
+    return out
+
+
+def _token_strings(backend: PolicyBackend, policy: str, ids: list[int]) -> list[str]:
+    return [backend.decode(policy, [t]) for t in ids]
+
+
+def chat_logprobs(backend: PolicyBackend, policy: str, ids: list[int], lps: list[float] | None) -> dict[str, Any] | None:
+    if lps is None:
+        return None
+    return {
+        "content": [
+            {"token": tok, "logprob": lp, "bytes": list(tok.encode("utf-8")), "top_logprobs": []}
+            for tok, lp in zip(_token_strings(backend, policy, ids), lps, strict=False)
+        ],
+        "refusal": None,
+    }
+
+
+def completion_logprobs(backend: PolicyBackend, policy: str, ids: list[int], lps: list[float] | None,
+                        offset: int = 0) -> dict[str, Any] | None:
+    if lps is None:
+        return None
+    toks = _token_strings(backend, policy, ids)
+    offsets, pos = [], offset
+    for t in toks:
+        offsets.append(pos)
+        pos += len(t)
+    return {"tokens": toks, "token_logprobs": list(lps), "top_logprobs": None, "text_offset": offsets}
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def _finish(gen: Generation, tool_calls: list[dict[str, Any]]) -> str:
+    if tool_calls:
+        return "tool_calls"
+    return gen.finish_reason if gen.finish_reason in ("stop", "length", "content_filter") else "stop"
+
+
+def chat_message(gen: Generation, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
+    msg: dict[str, Any] = {"role": "assistant", "content": gen.text if (gen.text or not tool_calls) else None,
+                           "refusal": None}
+    if tool_calls:
+        msg["tool_calls"] = tool_calls
+    return msg
+
+
+def chat_response(cid: str, created: int, model: str, gens: list[Generation], calls: list[list[dict[str, Any]]],
+                  logprobs: list[dict[str, Any] | None], swarm: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [
+            {"index": i, "message": chat_message(g, calls[i]), "logprobs": logprobs[i],
+             "finish_reason": _finish(g, calls[i])}
+            for i, g in enumerate(gens)
+        ],
+        "usage": usage(len(gens[0].prompt_ids), sum(len(g.response_ids) for g in gens)),
+        "swarm": swarm,
+    }
+
+
+def chat_chunk(cid: str, created: int, model: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+            "system_fingerprint": None, "choices": choices, **extra}
+
+
+def completion_response(cid: str, created: int, model: str, gens: list[Generation],
+                        logprobs: list[dict[str, Any] | None], swarm: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": cid,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [
+            {"index": i, "text": g.text, "logprobs": logprobs[i],
+             "finish_reason": g.finish_reason if g.finish_reason in ("stop", "length") else "stop"}
+            for i, g in enumerate(gens)
+        ],
+        "usage": usage(len(gens[0].prompt_ids), sum(len(g.response_ids) for g in gens)),
+        "swarm": swarm,
+    }
+
+
+def completion_chunk(cid: str, created: int, model: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {"id": cid, "object": "text_completion", "created": created, "model": model, "choices": choices, **extra}
+
+
+def now_s() -> int:
+    return int(time.time())

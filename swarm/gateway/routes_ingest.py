@@ -1,0 +1,126 @@
+"""Ingestion besides OpenAI calls: white-box steps, events (incl. late rewards) and feedback.
+
+- ``POST /v1/steps``: a white-box agent submits its own exact ids with the episode's key. Any
+  policy name and any length are accepted (the body limit is ``max_whitebox_body_bytes``); the
+  steps are stored in one transaction with consecutive indices. A retry naming step ids that are
+  already stored in this episode is a no-op for those steps.
+- ``POST /v1/events`` / ``POST /v1/feedback``: attach to an episode, a step or a response id
+  (the ``id`` of a chat completion), also after the episode ended. With an episode key only that
+  episode's targets are allowed; the client / admin token may target any.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+
+from swarm.errors import NotFoundError
+from swarm.gateway.auth import Caller
+from swarm.gateway.deps import State, any_caller, episode_caller
+from swarm.gateway.errors import ApiError
+from swarm.gateway.schemas import EventIn, FeedbackIn, StepsSubmit
+from swarm.gateway.state import GatewayState
+from swarm.records import Event, Source, Step
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["ingest"])
+
+
+@router.post("/v1/steps")
+async def submit_steps(body: StepsSubmit, caller: Caller = Depends(episode_caller),
+                       state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """White-box steps for the key's episode -> ``{"step_ids": [...]}``."""
+    ep = await state.open_episode(caller)
+    for i, s in enumerate(body.steps):
+        if s.episode_id is not None and s.episode_id != ep.episode_id:
+            raise ApiError(403, f"steps[{i}].episode_id is not the episode of this api key", code="wrong_episode",
+                           param=f"steps.{i}.episode_id")
+    async with state.episode_lock(ep.episode_id):
+        known: dict[str, Step] = {}
+        for s in body.steps:
+            if s.step_id is not None:
+                try:
+                    known[s.step_id] = await state.db(state.pool.get_step, s.step_id, with_tokens=False)
+                except NotFoundError:
+                    pass
+        for sid, old in known.items():
+            if old.episode_id != ep.episode_id:
+                raise ApiError(409, f"step id {sid} is already used by another episode", code="step_id_taken")
+        last = await state.db(state.pool.last_step, ep.episode_id, with_tokens=False)
+        index = 0 if last is None else last.index + 1
+        steps, ids = [], []
+        for i, s in enumerate(body.steps):
+            if s.step_id in known:
+                ids.append(s.step_id)
+                continue
+            fields = s.model_dump(exclude={"episode_id", "step_id", "reward"}, exclude_none=True)
+            extra = {"step_id": s.step_id} if s.step_id else {}
+            try:
+                step = Step(episode_id=ep.episode_id, index=index, task=ep.task, group_id=ep.group_id,
+                            source=Source.whitebox, reward=s.reward, **extra, **fields)
+            except ValueError as exc:  # pydantic's cross-field checks (lengths, parent)
+                raise ApiError(400, f"steps[{i}]: {exc}", param=f"steps.{i}", code="invalid_value") from exc
+            index += 1
+            steps.append(step)
+            ids.append(step.step_id)
+        if steps:
+            await state.db(state.pool.add_steps, steps)
+    return {"step_ids": ids}
+
+
+async def _resolve(state: GatewayState, caller: Caller, episode_id: str | None, step_id: str | None,
+                   response_id: str | None) -> tuple[str | None, str | None]:
+    """(episode_id, step_id) of a target, checked against the caller."""
+    if response_id is not None:
+        step = await state.db(state.pool.get_step_by_response_id, response_id, with_tokens=False)
+        if step_id is not None and step_id != step.step_id:
+            raise ApiError(400, "step_id and response_id name different steps", param="response_id")
+        step_id = step.step_id
+    if step_id is not None:
+        step = await state.db(state.pool.get_step, step_id, with_tokens=False)
+        if episode_id is not None and episode_id != step.episode_id:
+            raise ApiError(400, "the step belongs to another episode than episode_id", param="episode_id")
+        episode_id = step.episode_id
+    if episode_id is None:
+        raise ApiError(400, "name a target: episode_id, step_id or response_id", param="episode_id",
+                       code="missing_target")
+    if not caller.may_touch(episode_id):
+        raise ApiError(403, "this api key belongs to another episode", code="wrong_episode")
+    return episode_id, step_id
+
+
+@router.post("/v1/events")
+async def post_event(body: EventIn, caller: Caller = Depends(any_caller),
+                     state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """A live event; ``kind: "reward"`` with ``value`` sets the target's final reward (also late)."""
+    if body.kind == "reward" and body.value is None:
+        raise ApiError(400, "a reward event needs a value", param="value", code="missing_value")
+    ep_id, step_id = await _resolve(state, caller, body.episode_id, body.step_id, body.response_id)
+    source = Source.blackbox if caller.episode_id else Source.service
+    ev = Event(kind=body.kind, episode_id=ep_id if step_id is None else None, step_id=step_id, name=body.name,
+               value=body.value, source=source, payload=body.payload)
+    event_id = await state.db(state.pool.add_event, ev)
+    return {"event_id": event_id, "episode_id": ep_id, "step_id": step_id}
+
+
+@router.post("/v1/feedback")
+async def post_feedback(body: FeedbackIn, caller: Caller = Depends(any_caller),
+                        state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """Human / judge feedback: a rating, a correction and/or a reward (final unless ``final: false``)."""
+    if body.rating is None and body.correction is None and body.reward is None:
+        raise ApiError(400, "feedback needs a rating, a correction or a reward", param="rating",
+                       code="empty_feedback")
+    ep_id, step_id = await _resolve(state, caller, body.episode_id, body.step_id, body.response_id)
+    source = Source.blackbox if caller.episode_id else Source.service
+    payload = dict(body.payload)
+    if body.reward is not None:
+        payload["reward"] = body.reward
+    ev = Event(kind="feedback", episode_id=ep_id if step_id is None else None, step_id=step_id, name=body.name,
+               value=body.reward, rating=body.rating, correction=body.correction, source=source, payload=payload)
+    event_id = await state.db(state.pool.add_event, ev)
+    if body.reward is not None:
+        target = {"step_id": step_id} if step_id is not None else {"episode_id": ep_id}
+        await state.db(state.pool.set_reward, **target, reward=body.reward, final=body.final)
+    return {"event_id": event_id, "episode_id": ep_id, "step_id": step_id}

@@ -1,0 +1,203 @@
+"""Pool read API, leases and labels under ``/v1/pool``.
+
+Every route returns steps in one shape (:func:`step_json`: all :class:`~swarm.records.Step`
+fields; ``prompt_ids`` / ``response_ids`` / ``response_logprobs`` are ``null`` unless tokens
+were asked for). Filters are :class:`~swarm.pool.filter.StepFilter`: the same keys in JSON
+bodies and query strings (``metadata`` as a JSON object in the query string). Reads are open;
+leases, acks, releases and labels need the admin token when one is configured.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pydantic
+from fastapi import APIRouter, Depends, Request
+
+from swarm.gateway.auth import Caller
+from swarm.gateway.deps import State, admin_caller
+from swarm.gateway.errors import ApiError, describe_validation
+from swarm.gateway.routes_episodes import episode_json
+from swarm.gateway.schemas import AckRequest, LabelIn, LeaseRequest
+from swarm.gateway.state import GatewayState
+from swarm.pool.filter import StepFilter
+from swarm.records import Step
+
+__all__ = ["router", "step_json", "parse_filter"]
+
+router = APIRouter(tags=["pool"])
+
+_TOKEN_FIELDS = ("prompt_ids", "response_ids", "response_logprobs")
+_PAGING = {"limit", "offset", "with_tokens", "order"}
+_MAX_LIMIT = 1000
+
+
+def step_json(step: Step, with_tokens: bool) -> dict[str, Any]:
+    d = step.model_dump(mode="json")
+    if not with_tokens:
+        for k in _TOKEN_FIELDS:
+            d[k] = None
+    return d
+
+
+def _filter_params() -> list[dict[str, Any]]:
+    """OpenAPI description of the filter's query parameters (parsed by hand in parse_filter)."""
+    out = []
+    for name, f in StepFilter.model_fields.items():
+        schema: dict[str, Any] = {"type": "string"}
+        ann = str(f.annotation)
+        if "int" in ann:
+            schema = {"type": "integer", "minimum": 0}
+        elif "bool" in ann:
+            schema = {"type": "boolean"}
+        elif "float" in ann:
+            schema = {"type": "number"}
+        out.append({"name": name, "in": "query", "required": False, "schema": schema})
+    return out
+
+
+def _paging_params(default_tokens: bool = False) -> list[dict[str, Any]]:
+    return [
+        {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0, "maximum": _MAX_LIMIT}},
+        {"name": "offset", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}},
+        {"name": "with_tokens", "in": "query", "required": False, "schema": {"type": "boolean", "default": default_tokens}},
+    ]
+
+
+def _finite(f: StepFilter) -> StepFilter:
+    for name in ("since", "until"):
+        v = getattr(f, name)
+        if v is not None and not math.isfinite(v):
+            raise ApiError(400, f"{name} must be a finite number", param=name, code="invalid_value")
+    return f
+
+
+def parse_filter(raw: dict[str, Any]) -> StepFilter:
+    """A StepFilter from JSON or query-string values (a 400 names the bad key)."""
+    data = dict(raw)
+    if isinstance(data.get("metadata"), str):
+        try:
+            data["metadata"] = json.loads(data["metadata"])
+        except ValueError:
+            raise ApiError(400, "metadata must be a JSON object", param="metadata", code="invalid_value") from None
+    try:
+        return _finite(StepFilter.model_validate(data))
+    except pydantic.ValidationError as exc:
+        raise describe_validation(list(exc.errors())) from None
+
+
+def _query(request: Request) -> tuple[dict[str, str], dict[str, Any]]:
+    q = request.query_params
+    dup = [k for k in q.keys() if len(q.getlist(k)) > 1]
+    if dup:
+        raise ApiError(400, f"query parameter {dup[0]!r} is given more than once", param=dup[0])
+    paging = {k: v for k, v in q.items() if k in _PAGING}
+    return paging, {k: v for k, v in q.items() if k not in _PAGING}
+
+
+def _int(paging: dict[str, str], key: str, default: int, hi: int | None = None) -> int:
+    try:
+        v = int(paging.get(key, default))
+    except ValueError:
+        raise ApiError(400, f"{key} must be an integer", param=key, code="invalid_value") from None
+    if v < 0 or (hi is not None and v > hi):
+        raise ApiError(400, f"{key} must be in [0, {hi if hi is not None else 'inf'}]", param=key, code="invalid_value")
+    return v
+
+
+def _bool(paging: dict[str, str], key: str, default: bool) -> bool:
+    v = paging.get(key)
+    if v is None:
+        return default
+    if v.lower() in ("1", "true", "yes", "on"):
+        return True
+    if v.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ApiError(400, f"{key} must be true or false", param=key, code="invalid_value")
+
+
+@router.get("/v1/pool/stats")
+async def pool_stats(state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """Counts of steps and episodes by status, source, task and policy; token storage."""
+    return await state.db(state.pool.stats)
+
+
+@router.get("/v1/pool/steps", openapi_extra={"parameters": _filter_params() + _paging_params()})
+async def list_steps(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """Steps matching a filter (query-string keys = StepFilter fields), oldest first."""
+    paging, raw = _query(request)
+    f = parse_filter(raw)
+    limit, offset = _int(paging, "limit", 100, _MAX_LIMIT), _int(paging, "offset", 0)
+    tokens = _bool(paging, "with_tokens", False)
+    order = paging.get("order", "created")
+    if order not in ("created", "-created", "episode"):
+        raise ApiError(400, "order must be 'created', '-created' or 'episode'", param="order", code="invalid_value")
+    steps = await state.db(state.pool.query_steps, f, limit=limit, offset=offset, with_tokens=tokens, order=order)
+    total = await state.db(state.pool.count_steps, f)
+    return {"object": "list", "data": [step_json(s, tokens) for s in steps], "total": total,
+            "limit": limit, "offset": offset}
+
+
+@router.get("/v1/pool/steps/{step_id}", openapi_extra={"parameters": _paging_params(True)[2:]})
+async def get_step(step_id: str, request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """One step, with token ids and logprobs unless ``with_tokens=false``."""
+    paging, rest = _query(request)
+    tokens = _bool(paging, "with_tokens", True)
+    step = await state.db(state.pool.get_step, step_id, with_tokens=tokens)
+    return step_json(step, tokens)
+
+
+@router.get("/v1/pool/episodes", openapi_extra={"parameters": _filter_params() + _paging_params()[:2]})
+async def list_episodes(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """Episodes matching a filter (its episode-level keys), oldest first."""
+    paging, raw = _query(request)
+    f = parse_filter(raw)
+    limit, offset = _int(paging, "limit", 100, _MAX_LIMIT), _int(paging, "offset", 0)
+    eps = await state.db(state.pool.query_episodes, f, limit=limit, offset=offset)
+    return {"object": "list", "data": [episode_json(e) for e in eps], "limit": limit, "offset": offset}
+
+
+@router.get("/v1/pool/episodes/{episode_id}")
+async def get_episode(episode_id: str, state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """One episode."""
+    return episode_json(await state.db(state.pool.get_episode, episode_id))
+
+
+@router.post("/v1/pool/leases")
+async def create_lease(body: LeaseRequest, caller: Caller = Depends(admin_caller),
+                       state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """Lease steps for training (with token ids and logprobs); ack after the update, or let it expire."""
+    if body.max_steps is None and body.max_groups is None:
+        raise ApiError(400, "give max_steps and/or max_groups", param="max_steps", code="invalid_value")
+    f = _finite(body.filter)
+    lease = await state.db(state.pool.lease, f, max_steps=body.max_steps, max_groups=body.max_groups,
+                           ttl_s=body.ttl_s)
+    return {"lease_id": lease.lease_id, "expires_at": lease.expires_at, "group_ids": list(lease.group_ids or []),
+            "steps": [step_json(s, True) for s in lease.steps]}
+
+
+@router.post("/v1/pool/leases/{lease_id}/ack")
+async def ack_lease(lease_id: str, body: AckRequest, caller: Caller = Depends(admin_caller),
+                    state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """Mark a lease's steps consumed by ``consumed_version``."""
+    n = await state.db(state.pool.ack, lease_id, body.consumed_version)
+    return {"lease_id": lease_id, "acked": n}
+
+
+@router.post("/v1/pool/leases/{lease_id}/release")
+async def release_lease(lease_id: str, caller: Caller = Depends(admin_caller),
+                        state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """Give a lease's steps back unconsumed."""
+    await state.db(state.pool.release, lease_id)
+    return {"lease_id": lease_id, "released": True}
+
+
+@router.post("/v1/pool/labels")
+async def add_label(body: LabelIn, caller: Caller = Depends(admin_caller),
+                    state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """A curation label on a step or an episode; ``exclude: true`` keeps it out of training."""
+    lbl = await state.db(state.pool.label, body.target, body.target_id, body.label, exclude=body.exclude,
+                         note=body.note)
+    return lbl.model_dump(mode="json")

@@ -1,0 +1,211 @@
+"""Request bodies of the gateway's routes, as pydantic models (they also make /openapi.json).
+
+OpenAI-compatible bodies accept unknown top-level fields (frameworks send ``extra_body`` keys,
+``user``, penalties ...) but refuse known fields of the wrong type. Messages keep whatever keys a
+client sends (``name`` on any role, provider extras). Numbers are finite: NaN and infinities are
+refused everywhere. Only shapes are checked here; limits that depend on the served model or on
+settings (context, max_tokens cap, n cap) are checked by the routes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from swarm.pool.filter import StepFilter
+from swarm.records import EpisodeType
+
+__all__ = [
+    "ChatMessage", "ChatCompletionRequest", "CompletionRequest", "EpisodeCreate", "EpisodeEnd",
+    "WhiteboxStep", "StepsSubmit", "EventIn", "FeedbackIn", "LeaseRequest", "AckRequest", "LabelIn",
+]
+
+TokenId = Annotated[int, Field(ge=0, lt=2**31)]
+
+_OPEN = ConfigDict(extra="allow", allow_inf_nan=False)
+_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class TextPart(BaseModel):
+    model_config = _OPEN
+    type: str
+    text: str | None = None
+
+
+class FunctionCall(BaseModel):
+    model_config = _OPEN
+    name: str
+    arguments: str | dict[str, Any] = ""  # not necessarily valid JSON: clients echo what they got
+
+
+class ToolCall(BaseModel):
+    model_config = _OPEN
+    id: str | None = None
+    type: str = "function"
+    function: FunctionCall
+
+
+class ChatMessage(BaseModel):
+    model_config = _OPEN
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+class FunctionDef(BaseModel):
+    model_config = _OPEN
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ToolDef(BaseModel):
+    model_config = _OPEN
+    type: str = "function"
+    function: FunctionDef
+
+
+class StreamOptions(BaseModel):
+    model_config = _OPEN
+    include_usage: bool | None = None
+
+
+class _Sampling(BaseModel):
+    model_config = _OPEN
+    model: str = Field(min_length=1)
+    n: int = Field(default=1, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+
+
+class ChatCompletionRequest(_Sampling):
+    """OpenAI ``POST /v1/chat/completions`` body."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool | None = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    response_format: dict[str, Any] | None = None
+
+
+class CompletionRequest(_Sampling):
+    """OpenAI ``POST /v1/completions`` body (one prompt: text or token ids)."""
+
+    prompt: str | list[TokenId] | list[str] | list[list[TokenId]]
+    max_tokens: int | None = Field(default=16, ge=1)
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    echo: bool | None = False
+    suffix: str | None = None
+
+
+class EpisodeCreate(BaseModel):
+    """``POST /v1/episodes``."""
+
+    model_config = _STRICT
+    task: str = Field(min_length=1, max_length=1000)
+    group_id: str | None = Field(default=None, max_length=1000)
+    client_id: str | None = Field(default=None, max_length=1000)
+    type: EpisodeType = EpisodeType.train
+    timeout_s: float | None = Field(default=None, gt=0)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class EpisodeEnd(BaseModel):
+    """``POST /v1/episodes/{id}/end``; ``step_rewards`` maps step ids to rewards."""
+
+    model_config = _STRICT
+    reward: float | None = None
+    step_rewards: dict[str, float] | None = None
+    status: Literal["finished", "failed"] = "finished"
+    metadata: dict[str, Any] | None = None
+
+
+class WhiteboxStep(BaseModel):
+    """One white-box step: the agent's own exact ids; any policy name, any length."""
+
+    model_config = _STRICT
+    step_id: str | None = Field(default=None, min_length=1, max_length=200)  # lets a retry be idempotent
+    episode_id: str | None = None  # must be the key's episode if given
+    prompt_ids: list[TokenId]
+    response_ids: list[TokenId]
+    response_logprobs: list[float] | None = None
+    prompt_messages: list[dict[str, Any]] | None = None
+    response_text: str | None = None
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    finish_reason: str | None = None
+    reward: float | None = None
+    policy: str = Field(default="default", min_length=1)
+    policy_version: int = Field(default=0, ge=0)
+    parent_step_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class StepsSubmit(BaseModel):
+    """``POST /v1/steps``."""
+
+    model_config = _STRICT
+    steps: list[WhiteboxStep] = Field(min_length=1)
+
+
+class EventIn(BaseModel):
+    """``POST /v1/events``: a live event, or with ``kind: "reward"`` a (late) reward."""
+
+    model_config = _STRICT
+    kind: Literal["event", "reward"] = "event"
+    episode_id: str | None = None
+    step_id: str | None = None
+    response_id: str | None = None  # the chat completion id a client saw; resolves to its step
+    name: str = ""
+    value: float | None = None  # a reward event's value becomes the target's final reward
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class FeedbackIn(BaseModel):
+    """``POST /v1/feedback``: a human (or judge) rating / correction, optionally also a reward."""
+
+    model_config = _STRICT
+    episode_id: str | None = None
+    step_id: str | None = None
+    response_id: str | None = None
+    rating: float | None = None
+    correction: str | None = None
+    reward: float | None = None
+    final: bool = True
+    name: str = ""
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class LeaseRequest(BaseModel):
+    """``POST /v1/pool/leases``."""
+
+    model_config = _STRICT
+    filter: StepFilter = Field(default_factory=StepFilter)
+    max_steps: int | None = Field(default=None, ge=1)
+    max_groups: int | None = Field(default=None, ge=1)
+    ttl_s: float = Field(default=60.0, gt=0, le=24 * 3600)
+
+
+class AckRequest(BaseModel):
+    model_config = _STRICT
+    consumed_version: int = Field(ge=0)
+
+
+class LabelIn(BaseModel):
+    model_config = _STRICT
+    target: Literal["step", "episode"]
+    target_id: str = Field(min_length=1)
+    label: str = Field(min_length=1, max_length=200)
+    exclude: bool = False
+    note: str = ""

@@ -1,0 +1,130 @@
+"""GatewayState: what every route needs (pool, backend, settings, key signer), plus auth checks.
+
+One instance per app, stored on ``app.state.gateway``; routes get it with :func:`get_state`.
+Pool calls are blocking (SQLAlchemy), so routes run them through :meth:`GatewayState.db` on a
+worker thread. Per-episode locks serialize step *storage* (index assignment) within this
+process, not generation: two calls of one episode still generate concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anyio.to_thread
+from fastapi import Request
+
+from swarm.errors import NotFoundError
+from swarm.gateway.auth import KEY_PREFIX, Caller, KeySigner, bearer_token, token_matches
+from swarm.gateway.errors import ApiError
+from swarm.gateway.settings import GatewaySettings
+from swarm.policy.base import PolicyBackend
+from swarm.pool import Pool
+from swarm.records import Episode, EpisodeStatus
+
+__all__ = ["GatewayState", "get_state"]
+
+T = TypeVar("T")
+
+
+class GatewayState:
+    def __init__(self, pool: Pool, backend: PolicyBackend, settings: GatewaySettings) -> None:
+        self.pool = pool
+        self.backend = backend
+        self.settings = settings
+        self.signer = KeySigner(settings.secret)
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    async def db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking pool call on a worker thread."""
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+
+    async def cpu(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run tokenizer / template work off the event loop."""
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+
+    def episode_lock(self, episode_id: str) -> asyncio.Lock:
+        lock = self._locks.get(episode_id)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[episode_id] = lock
+        return lock
+
+    def base_url(self, request: Request) -> str:
+        base = self.settings.base_url or str(request.base_url).rstrip("/")
+        return base + "/v1"
+
+    # ------------------------------------------------------------------ credentials
+    def _service(self, token: str | None) -> Caller | None:
+        s = self.settings
+        if token_matches(token, s.admin_token):
+            return Caller(service=True, admin=True)
+        if token_matches(token, s.client_token):
+            return Caller(service=True)
+        return None
+
+    def _episode_key(self, token: str) -> Caller:
+        episode_id = self.signer.verify(token)
+        if episode_id is None:
+            raise ApiError(401, "invalid api key (forged, corrupted or issued under another secret)",
+                           code="invalid_api_key")
+        return Caller(episode_id=episode_id)
+
+    def episode_caller(self, request: Request) -> Caller:
+        """An episode api key is required (chat, completions, white-box steps)."""
+        token = bearer_token(request)
+        if not token:
+            raise ApiError(401, "missing api key: send 'Authorization: Bearer <episode api key>' "
+                           "(from POST /v1/episodes)", code="missing_api_key")
+        if not token.startswith(KEY_PREFIX):
+            raise ApiError(401, "invalid api key: expected an episode key from POST /v1/episodes",
+                           code="invalid_api_key")
+        return self._episode_key(token)
+
+    def client_caller(self, request: Request) -> Caller:
+        """The client token when one is configured (episode creation); open otherwise."""
+        token = bearer_token(request)
+        caller = self._service(token)
+        if caller is not None:
+            return caller
+        if self.settings.client_token is None:
+            return Caller(service=True)
+        raise ApiError(401, "this gateway requires the client token (SWARM_CLIENT_TOKEN) as bearer token",
+                       code="invalid_client_token")
+
+    def any_caller(self, request: Request) -> Caller:
+        """An episode key, or the client/admin token (open when no client token is configured)."""
+        token = bearer_token(request)
+        if token and token.startswith(KEY_PREFIX):
+            return self._episode_key(token)
+        return self.client_caller(request)
+
+    def admin_caller(self, request: Request) -> Caller:
+        """The admin token when one is configured (leases, labels); open otherwise."""
+        token = bearer_token(request)
+        if self.settings.admin_token is None:
+            return Caller(service=True, admin=True)
+        if token_matches(token, self.settings.admin_token):
+            return Caller(service=True, admin=True)
+        raise ApiError(401 if not token else 403, "this route requires the admin token (SWARM_ADMIN_TOKEN)",
+                       code="admin_token_required")
+
+    async def open_episode(self, caller: Caller) -> Episode:
+        """The caller's episode, which must exist in this pool and still be open."""
+        assert caller.episode_id is not None
+        try:
+            ep = await self.db(self.pool.get_episode, caller.episode_id)
+        except NotFoundError:
+            raise ApiError(401, "invalid api key: its episode does not exist in this pool",
+                           code="invalid_api_key") from None
+        if ep.status != EpisodeStatus.open:
+            raise ApiError(403, f"episode {ep.episode_id} is {ep.status.value}; its key can no longer add steps",
+                           code="episode_ended")
+        return ep
+
+
+def get_state(request: Request) -> GatewayState:
+    return request.app.state.gateway

@@ -1,0 +1,215 @@
+"""EchoBackend: a null inference backend that answers instantly, for gateway benchmarks and fast tests.
+
+It implements :class:`~swarm.policy.base.PolicyBackend` with a byte-level "tokenizer" (ids 0-255
+are bytes, a few ChatML special tokens follow) and a ChatML-like chat template, so the gateway's
+tokenization, prefix and storage paths run for real while the "model" costs nothing.
+
+Replies are deterministic functions of the prompt text:
+
+- by default it echoes the content of the last user (or tool) turn, truncated to ``max_tokens``;
+  with ``reply="..."`` it always answers that text;
+- when tools are given and the last turn is a user turn, it calls the first tool with
+  ``{"input": <that user text>}`` (so a tool loop is user -> tool call -> tool result -> echo).
+
+Every sampled token gets logprob 0.0 (the "distribution" is a point mass). It does not sample,
+batch, train or load weights (``load_weights`` only bumps the version).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from swarm.errors import ContextLengthError, NotFoundError
+from swarm.policy.base import GenerateRequest, Generation, TokenDelta
+
+__all__ = ["EchoBackend", "SPECIAL_TOKENS"]
+
+SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
+_SPECIAL_IDS = {tok: 256 + i for i, tok in enumerate(SPECIAL_TOKENS)}
+_ID_SPECIAL = {i: tok for tok, i in _SPECIAL_IDS.items()}
+_SPECIAL_RE = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + ")")
+_TURN_RE = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|$)", re.S)
+EOS = "<|im_end|>"
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def _tool_call_text(call: dict[str, Any]) -> str:
+    fn = call.get("function", call)
+    args = fn.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            pass  # invalid JSON sent back by a client: render it verbatim, never fail
+    return "<tool_call>\n" + json.dumps({"name": fn.get("name", ""), "arguments": args}) + "\n</tool_call>"
+
+
+class EchoBackend:
+    """A PolicyBackend that replies instantly and deterministically (see the module docstring)."""
+
+    def __init__(
+        self,
+        policies: list[str] | tuple[str, ...] = ("default",),
+        reply: str | None = None,
+        max_context: int = 4096,
+        delay_s: float = 0.0,
+    ) -> None:
+        self._versions = {p: 0 for p in policies}
+        self._reply = reply
+        self._max_context = max_context
+        self._delay_s = delay_s
+
+    # -- PolicyBackend: metadata -------------------------------------------------------------
+    def policies(self) -> list[str]:
+        return list(self._versions)
+
+    def _check(self, policy: str) -> None:
+        if policy not in self._versions:
+            raise NotFoundError(f"unknown policy {policy!r}; served: {sorted(self._versions)}", policy=policy)
+
+    def version(self, policy: str) -> int:
+        self._check(policy)
+        return self._versions[policy]
+
+    def max_context(self, policy: str) -> int:
+        self._check(policy)
+        return self._max_context
+
+    def load_weights(self, policy: str, adapter_state: dict[str, Any], version: int) -> None:
+        self._check(policy)
+        self._versions[policy] = version
+
+    # -- PolicyBackend: text <-> ids ---------------------------------------------------------
+    def render_chat(
+        self,
+        policy: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+    ) -> str:
+        parts: list[str] = []
+        if tools:
+            parts.append("<|im_start|>system\n# Tools\n" + json.dumps(tools, sort_keys=True) + "<|im_end|>\n")
+        for m in messages:
+            role = m.get("role", "user")
+            text = _content_text(m.get("content"))
+            calls = m.get("tool_calls") or []
+            if calls:
+                text += ("\n" if text else "") + "\n".join(_tool_call_text(c) for c in calls)
+            parts.append(f"<|im_start|>{role}\n{text}<|im_end|>\n")
+        if add_generation_prompt:
+            parts.append("<|im_start|>assistant\n")
+        return "".join(parts)
+
+    def encode(self, policy: str, text: str) -> list[int]:
+        ids: list[int] = []
+        for piece in _SPECIAL_RE.split(text):
+            if piece in _SPECIAL_IDS:
+                ids.append(_SPECIAL_IDS[piece])
+            elif piece:
+                ids.extend(piece.encode("utf-8"))
+        return ids
+
+    def decode(self, policy: str, ids: list[int]) -> str:
+        out: list[str] = []
+        buf = bytearray()
+        for i in ids:
+            if i in _ID_SPECIAL:
+                out.append(buf.decode("utf-8", errors="replace"))
+                buf.clear()
+                out.append(_ID_SPECIAL[i])
+            else:
+                buf.append(i & 0xFF)
+        out.append(buf.decode("utf-8", errors="replace"))
+        return "".join(out)
+
+    # -- PolicyBackend: generation -----------------------------------------------------------
+    def _prompt_ids(self, request: GenerateRequest) -> list[int]:
+        self._check(request.policy)
+        if request.prompt_ids is not None:
+            ids = list(request.prompt_ids)
+        else:
+            ids = self.encode(request.policy, self.render_chat(request.policy, request.messages or [], request.tools, True))
+        if len(ids) + request.sampling.max_tokens > self._max_context:
+            raise ContextLengthError(
+                f"prompt ({len(ids)} tokens) + max_tokens ({request.sampling.max_tokens}) exceeds the "
+                f"context of {self._max_context}",
+                policy=request.policy,
+            )
+        return ids
+
+    def _complete(self, request: GenerateRequest, prompt_ids: list[int]) -> Generation:
+        policy, max_tokens = request.policy, request.sampling.max_tokens
+        turns = [t for t in _TURN_RE.findall(self.decode(policy, prompt_ids)) if t[0] != "assistant"]
+        last_role, last_text = turns[-1] if turns else ("user", "")
+        tool_calls: list[dict[str, Any]] = []
+        if request.tools and last_role == "user" and self._reply is None:
+            fn = request.tools[0].get("function", request.tools[0])
+            call_id = "call_" + hashlib.sha1(bytes(str(prompt_ids), "ascii")).hexdigest()[:16]
+            args = json.dumps({"input": last_text})
+            tool_calls = [{"id": call_id, "type": "function", "function": {"name": fn.get("name", "tool"), "arguments": args}}]
+            body = _tool_call_text(tool_calls[0])
+            content = ""
+        else:
+            body = content = self._reply if self._reply is not None else last_text
+        for s in request.sampling.stop:
+            if s and s in body and not tool_calls:
+                body = content = body[: body.index(s)]
+        ids = self.encode(policy, body)
+        finish = "tool_calls" if tool_calls else "stop"
+        if len(ids) + 1 > max_tokens:
+            ids, tool_calls, finish = ids[:max_tokens], [], "length"
+            content = self.decode(policy, ids)
+        else:
+            ids = ids + [_SPECIAL_IDS[EOS]]
+        return Generation(
+            prompt_ids=prompt_ids,
+            response_ids=ids,
+            logprobs=[0.0] * len(ids),
+            text=content,
+            tool_calls=tool_calls,
+            finish_reason=finish,
+            policy_version=self._versions[policy],
+        )
+
+    async def generate(self, request: GenerateRequest) -> list[Generation]:
+        prompt_ids = self._prompt_ids(request)
+        if self._delay_s:
+            await asyncio.sleep(self._delay_s)
+        gen = self._complete(request, prompt_ids)
+        return [gen for _ in range(request.sampling.n)]
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[TokenDelta | Generation]:
+        prompt_ids = self._prompt_ids(request)
+        gen = self._complete(request, prompt_ids)
+        for index in range(request.sampling.n):
+            pending: list[int] = []
+            sent = ""
+            for pos, tid in enumerate(gen.response_ids):
+                if self._delay_s:
+                    await asyncio.sleep(self._delay_s / max(1, len(gen.response_ids)))
+                pending.append(tid)
+                # emit text only once its UTF-8 bytes are complete; special tokens are not content
+                text = self.decode(request.policy, [t for t in gen.response_ids[: pos + 1] if t < 256])
+                last = pos == len(gen.response_ids) - 1
+                if text.endswith("\ufffd") and not last:
+                    continue
+                delta = "" if gen.tool_calls else text[len(sent) :]
+                sent = text
+                yield TokenDelta(index=index, token_ids=pending, logprobs=[0.0] * len(pending), text=delta)
+                pending = []
+            yield gen
