@@ -32,3 +32,20 @@ def group(pool: Pool, gid: str, rewards: list[float], task: str = "math", **step
         pool.end_episode(ep.episode_id, reward=r)
         out.append(s)
     return out
+
+
+def seeded_step(episode_id: str, batch: int, i: int, block_size: int = 64) -> Step:
+    """Step ``i`` of batch ``batch``: deterministic, so another process can check it exactly."""
+    rng = random.Random(batch * 100_000 + i)
+    shared = [batch] * (2 * block_size)  # a context shared by the whole batch
+    resp = [rng.randrange(2**32) for _ in range(rng.randrange(1, 30))]
+    return Step(
+        step_id=f"step-{batch}-{i}",
+        episode_id=episode_id,
+        index=batch * 1000 + i,
+        group_id=f"g-{batch}-{i // 4}",
+        prompt_ids=shared + [rng.randrange(2**32) for _ in range(rng.randrange(0, 300))],
+        response_ids=resp,
+        response_logprobs=[-rng.random() for _ in resp],
+        created_at=1000.0 + batch * 1000 + i,
+    )
