@@ -15,7 +15,7 @@ Splitting: a tree larger than the token budget is cut at node boundaries. Childr
 oversized node are grouped (first-fit decreasing) into units that each repeat the path from
 the root as context; a child that alone does not fit recurses. A single path (one node chain)
 longer than the budget is never cut, because each token needs all its ancestors: it gets a row
-of its own that exceeds the budget. Repeated context tokens are computed again, so they count
+of its own that exceeds the budget (so does every path below a context that alone fills it). Repeated context tokens are computed again, so they count
 in ``tokens_after``, but each target is emitted exactly once, in the first row that holds its
 token, so losses and gradients are unchanged.
 
@@ -73,13 +73,13 @@ def split_tree(trie: PrefixTrie, trie_index: int, budget: int, sizes: list[int] 
         node, ctx, ctx_len = work.pop()
         kids = [trie.children[node][k] for k in sorted(trie.children[node])]
         own = len(trie.tokens[node])
-        if ctx_len + sizes[node] <= budget or not kids or ctx_len + own >= budget:
-            # Fits, or cannot be cut usefully (a leaf chain, or the path alone fills the budget).
+        if ctx_len + sizes[node] <= budget or not kids:
+            # Fits, or cannot be cut (a leaf: one path, needed whole).
             if sizes[node] > 0:
                 units.append(Unit(trie_index, ctx, (node,), ctx_len + sizes[node]))
             continue
         ctx2, len2 = ctx + (node,), ctx_len + own
-        cap = budget - len2
+        cap = budget - len2  # <= 0: every child recurses, down to single paths if need be
         fitting = [c for c in kids if sizes[c] <= cap]
         for c in kids:
             if sizes[c] > cap:
