@@ -1,0 +1,455 @@
+"""The ``hf`` backend: a transformers model in-process, batched, with one LoRA adapter per policy.
+
+Requests go into a thread-safe queue. One worker thread takes what arrives within
+``batch_wait_ms`` (up to ``max_batch_size`` samples, same policy only) and decodes it as one
+batch with its own sampling loop (``_decode.py``), so the recorded logprobs are exactly those of
+the distribution sampled from (``sampling.py``). Tokens reach the caller as they are sampled,
+through an ``asyncio.Queue`` on the caller's loop, so the event loop is never blocked.
+
+Policies share one base model. A policy with a LoRA config gets its own peft adapter (selected
+per batch with ``set_adapter``); one without uses the base weights. ``load_weights`` swaps a
+policy's weights under the lock a batch holds while decoding: a generation in flight finishes on
+the old weights and reports the version it started with; the next batch gets the new version.
+
+Not here: continuous batching (a batch runs until its longest row ends), prefix caching,
+speculative decoding, tensor parallelism. Use the ``vllm`` backend for throughput.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from swarm.errors import BackendError, ConflictError, ContextLengthError, NotFoundError, ValidationError
+from swarm.policy._decode import Row, decode_batch
+from swarm.policy.base import GenerateRequest, Generation, TokenDelta
+from swarm.policy.tiny import load_template
+from swarm.policy.toolcalls import parse_tool_calls
+
+__all__ = ["HFBackend", "DEFAULT_LORA"]
+
+log = logging.getLogger(__name__)
+DEFAULT_LORA: dict[str, Any] = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": "all-linear", "seed": 0}
+_DONE = object()
+
+
+@dataclass
+class _Job:
+    request: GenerateRequest
+    prompt_ids: list[int]
+    rows: list[Row]
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue
+    remaining: int = 0
+    cancelled: bool = False
+    version: int = 0
+    finals: dict[int, Generation] = field(default_factory=dict)
+
+
+class HFBackend:
+    """transformers backend implementing :class:`~swarm.policy.base.PolicyBackend`.
+
+    ``policies``: a list of names (each gets an adapter built from ``lora`` when ``lora`` is given,
+    else the base weights) or a dict ``name -> LoRA config | None`` (None: base weights; a dict
+    is merged over ``lora`` and :data:`DEFAULT_LORA`). LoRA keys: ``r``, ``alpha``, ``dropout``,
+    ``target_modules``, ``seed`` (initialisation of lora_A; lora_B starts at zero, so a fresh
+    adapter equals the base model). ``chat_template``: template text or the name of one shipped
+    in ``swarm/policy/templates`` to replace the tokenizer's own. ``torch_threads`` sets torch's
+    (process-wide) intra-op threads; 1 is much faster for tiny models on a shared CPU.
+
+    ``.model`` (the peft model, or the base model when no policy has an adapter), ``.base_model``
+    and ``.tokenizer`` are the live objects, for a trainer in the same process.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        policies: list[str] | dict[str, dict[str, Any] | None] = ("default",),
+        device: str = "cpu",
+        dtype: str = "float32",
+        max_batch_size: int = 16,
+        batch_wait_ms: float = 5,
+        lora: dict[str, Any] | None = None,
+        chat_template: str | None = None,
+        attn_implementation: str | None = None,
+        torch_threads: int | None = None,
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if isinstance(policies, str):
+            policies = [policies]
+        if isinstance(policies, dict):
+            configs = {p: (None if c is None else {**DEFAULT_LORA, **(lora or {}), **c}) for p, c in policies.items()}
+        else:
+            configs = {p: (None if lora is None else {**DEFAULT_LORA, **lora}) for p in policies}
+        if not configs:
+            raise ValidationError("policies: at least one policy name is required")
+        self.model_path = str(model_path)
+        self.device = torch.device(device)
+        self.max_batch_size = max(1, int(max_batch_size))
+        self.batch_wait_s = max(0.0, batch_wait_ms / 1000.0)
+        self._lora_cfg = configs
+        # peft adapter names are module keys: policy names may hold dots or clash with "lora_"
+        self._adapter = {p: f"policy{i}" for i, p in enumerate(configs)}
+        if torch_threads:
+            torch.set_num_threads(int(torch_threads))
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        if chat_template is not None:
+            self.tokenizer.chat_template = chat_template if "{" in chat_template else load_template(chat_template)
+        torch_dtype = getattr(torch, dtype) if dtype != "auto" else "auto"
+        kwargs: dict[str, Any] = {"dtype": torch_dtype}
+        if attn_implementation:
+            kwargs["attn_implementation"] = attn_implementation
+        base = AutoModelForCausalLM.from_pretrained(self.model_path, **kwargs).to(self.device).eval()
+        self.base_model = base
+        self.model = self._attach_adapters(base, configs)
+        self.model.eval()
+        self.model.requires_grad_(False)
+
+        self.pad_id = self._pad_id()
+        self.eos_ids = self._eos_ids()
+        cfg_ctx = getattr(base.config, "max_position_embeddings", None) or 2048
+        tok_ctx = getattr(self.tokenizer, "model_max_length", None) or cfg_ctx
+        self._max_context = int(min(cfg_ctx, tok_ctx)) if tok_ctx < 10**8 else int(cfg_ctx)
+        self._versions = dict.fromkeys(configs, 0)
+        self._lock = threading.Lock()  # held by a batch while decoding and by a weight swap
+        self._swaps_waiting = 0  # a waiting swap goes before the next batch (no starvation)
+        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self._backlog: deque[_Job] = deque()
+        self._worker: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._rng = random.SystemRandom()
+        self.stats = {"batches": 0, "rows": 0, "tokens": 0}  # cumulative, for monitoring and tests
+
+    # ----------------------------------------------------------------------------- setup
+    def _attach_adapters(self, base: Any, configs: dict[str, dict[str, Any] | None]) -> Any:
+        adapters = {p: c for p, c in configs.items() if c is not None}
+        if not adapters:
+            return base
+        from peft import LoraConfig, get_peft_model
+
+        model = None
+        for policy, c in adapters.items():
+            name = self._adapter[policy]
+            lc = LoraConfig(
+                r=int(c["r"]),
+                lora_alpha=float(c["alpha"]),
+                lora_dropout=float(c["dropout"]),
+                target_modules=c["target_modules"],
+                bias="none",
+                task_type="CAUSAL_LM",
+            )
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(c.get("seed", 0)))
+                if model is None:
+                    model = get_peft_model(base, lc, adapter_name=name)
+                else:
+                    model.add_adapter(name, lc)
+        return model
+
+    def _pad_id(self) -> int:
+        tok = self.tokenizer
+        for cand in (tok.pad_token_id, getattr(self.base_model.config, "pad_token_id", None), tok.eos_token_id, 0):
+            if isinstance(cand, int):
+                return cand
+        return 0
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for src in (getattr(self.base_model, "generation_config", None), self.base_model.config, self.tokenizer):
+            e = getattr(src, "eos_token_id", None)
+            ids.update([e] if isinstance(e, int) else (e or []))
+        return ids
+
+    def _check_policy(self, policy: str) -> None:
+        if policy not in self._versions:
+            raise NotFoundError(f"unknown policy {policy!r}; served: {sorted(self._versions)}", policy=policy)
+
+    # ----------------------------------------------------------------------------- protocol: info
+    def policies(self) -> list[str]:
+        return list(self._versions)
+
+    def version(self, policy: str) -> int:
+        self._check_policy(policy)
+        return self._versions[policy]
+
+    def max_context(self, policy: str) -> int:
+        self._check_policy(policy)
+        return self._max_context
+
+    def has_adapter(self, policy: str) -> bool:
+        """Whether ``policy`` has its own LoRA adapter (else it uses the base weights)."""
+        self._check_policy(policy)
+        return self._lora_cfg[policy] is not None
+
+    def render_chat(
+        self, policy: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
+    ) -> str:
+        self._check_policy(policy)
+        try:
+            return self.tokenizer.apply_chat_template(
+                messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
+            )
+        except Exception as e:  # jinja raises many types; a bad message list is the caller's error
+            raise ValidationError(f"messages: the chat template failed: {e}", policy=policy) from e
+
+    def encode(self, policy: str, text: str) -> list[int]:
+        self._check_policy(policy)
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, policy: str, ids: list[int]) -> str:
+        self._check_policy(policy)
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    # ----------------------------------------------------------------------------- protocol: generation
+    async def generate(self, request: GenerateRequest) -> list[Generation]:
+        return [item async for item in self.stream(request) if isinstance(item, Generation)]
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[TokenDelta | Generation]:
+        job = self._submit(request)
+        finished = False
+        try:
+            while True:
+                item = await job.out.get()
+                if item is _DONE:
+                    finished = True
+                    break
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                yield item
+            for i in sorted(job.finals):
+                yield job.finals[i]
+        finally:
+            if not finished:  # the consumer went away: stop sampling its rows
+                job.cancelled = True
+                for r in job.rows:
+                    r.cancelled = True
+
+    def prompt_ids(self, request: GenerateRequest) -> list[int]:
+        """The exact prompt ids a request will be generated from (rendered chat or given ids)."""
+        self._check_policy(request.policy)
+        if request.prompt_ids is not None:
+            ids = [int(i) for i in request.prompt_ids]
+        elif request.messages is not None:
+            ids = self.encode(request.policy, self.render_chat(request.policy, request.messages, request.tools, True))
+        else:
+            raise ValidationError("request needs messages or prompt_ids", policy=request.policy)
+        vocab = self.base_model.get_input_embeddings().num_embeddings
+        if not ids:
+            raise ValidationError("prompt_ids: the prompt is empty", policy=request.policy)
+        if any(i < 0 or i >= vocab for i in ids):
+            raise ValidationError(f"prompt_ids: token ids must be in [0, {vocab})", policy=request.policy)
+        return ids
+
+    def _submit(self, request: GenerateRequest) -> _Job:
+        s = request.sampling
+        if s.n < 1 or s.max_tokens < 1:
+            raise ValidationError("n and max_tokens must be >= 1", policy=request.policy)
+        if not s.temperature >= 0 or not 0 < s.top_p <= 1:
+            raise ValidationError("temperature must be >= 0 and top_p in (0, 1]", policy=request.policy)
+        ids = self.prompt_ids(request)
+        if len(ids) + s.max_tokens > self._max_context:
+            raise ContextLengthError(
+                f"prompt ({len(ids)} tokens) + max_tokens ({s.max_tokens}) exceeds the context of "
+                f"{self._max_context} tokens",
+                policy=request.policy,
+            )
+        seed = s.seed if s.seed is not None else self._rng.getrandbits(62)
+        rows = [
+            Row(index=i, prompt_ids=ids, sampling=s, generator=torch.Generator().manual_seed(int(seed) + i))
+            for i in range(s.n)
+        ]
+        job = _Job(request, ids, rows, asyncio.get_running_loop(), asyncio.Queue(), remaining=s.n)
+        for r in rows:
+            r.owner = job
+        self._ensure_worker()
+        self._queue.put(job)
+        return job
+
+    # ----------------------------------------------------------------------------- weights
+    def load_weights(self, policy: str, adapter_state: dict[str, Any] | None, version: int) -> None:
+        """Swap ``policy``'s weights and set its version; blocks until no batch is decoding.
+
+        ``adapter_state``: for an adapter policy, a peft adapter state dict (as returned by
+        ``peft.get_peft_model_state_dict`` or :meth:`adapter_state`); for a base-weights policy, a
+        (partial) model state dict loaded into the shared base, which every policy sees.
+        ``None`` only bumps the version (weights already changed in place under :meth:`paused`).
+        Versions must increase. From async code call it via ``asyncio.to_thread``.
+        """
+        self._check_policy(policy)
+        with self.paused():
+            if version <= self._versions[policy]:
+                raise ConflictError(
+                    f"version {version} is not newer than the served version {self._versions[policy]}", policy=policy
+                )
+            if adapter_state is not None:
+                self._apply_state(policy, adapter_state)
+            self._versions[policy] = int(version)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold generation between batches (e.g. while a trainer updates ``.model`` in place)."""
+        with self._start_lock:
+            self._swaps_waiting += 1
+        try:
+            with self._lock:
+                yield
+        finally:
+            with self._start_lock:
+                self._swaps_waiting -= 1
+
+    def adapter_state(self, policy: str) -> dict[str, torch.Tensor]:
+        """A copy of ``policy``'s current adapter weights (peft's state dict keys)."""
+        from peft import get_peft_model_state_dict
+
+        if not self.has_adapter(policy):
+            raise ValidationError(f"policy {policy!r} has no LoRA adapter", policy=policy)
+        with self._lock:
+            state = get_peft_model_state_dict(self.model, adapter_name=self._adapter[policy])
+            return {k: v.detach().clone() for k, v in state.items()}
+
+    def _apply_state(self, policy: str, state: dict[str, Any]) -> None:
+        if self._lora_cfg[policy] is not None:
+            from peft import set_peft_model_state_dict
+
+            res = set_peft_model_state_dict(self.model, state, adapter_name=self._adapter[policy])
+            bad = [k for k in getattr(res, "unexpected_keys", []) if "lora_" in k]
+            if bad:
+                raise ValidationError(f"adapter_state: unexpected keys {bad[:3]}", policy=policy)
+            return
+        own = self.base_model.state_dict()
+        mapped = {}
+        for k, v in state.items():
+            cands = [k, k.removeprefix("base_model.model.")]
+            cands += [c.rsplit(".", 1)[0] + ".base_layer." + c.rsplit(".", 1)[1] for c in list(cands) if "." in c]
+            hit = next((c for c in cands if c in own), None)
+            if hit is None:
+                raise ValidationError(f"adapter_state: unknown weight {k!r}", policy=policy)
+            mapped[hit] = v
+        self.base_model.load_state_dict(mapped, strict=False)
+
+    # ----------------------------------------------------------------------------- worker
+    def _ensure_worker(self) -> None:
+        with self._start_lock:
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._run, name="swarm-hf-decode", daemon=True)
+                self._worker.start()
+
+    def close(self) -> None:
+        """Stop the worker thread after the batches already queued."""
+        if self._worker is not None and self._worker.is_alive():
+            self._queue.put(None)
+            self._worker.join(timeout=30)
+
+    def _next_batch(self) -> list[_Job] | None:
+        first = self._backlog.popleft() if self._backlog else self._queue.get()
+        if first is None:
+            return None
+        jobs, size = [first], len(first.rows)
+        policy = first.request.policy
+        for j in list(self._backlog):  # same-policy jobs that waited behind another policy
+            if j.request.policy == policy and size + len(j.rows) <= self.max_batch_size:
+                self._backlog.remove(j)
+                jobs.append(j)
+                size += len(j.rows)
+        deadline = time.monotonic() + self.batch_wait_s
+        while size < self.max_batch_size:
+            try:
+                j = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if j is None:
+                self._queue.put(None)
+                break
+            if j.request.policy == policy and size + len(j.rows) <= self.max_batch_size:
+                jobs.append(j)
+                size += len(j.rows)
+            else:
+                self._backlog.append(j)
+        return jobs
+
+    def _run(self) -> None:
+        while True:
+            jobs = self._next_batch()
+            if jobs is None:
+                return
+            jobs = [j for j in jobs if not j.cancelled]
+            if not jobs:
+                continue
+            while self._swaps_waiting:
+                time.sleep(0.001)
+            try:
+                with self._lock:
+                    self._decode(jobs)
+            except Exception as e:  # report to every caller instead of killing the worker
+                log.exception("decode failed")
+                err = e if isinstance(e, BackendError) else BackendError(f"generation failed: {e}")
+                for j in jobs:
+                    self._send(j, err)
+
+    def _adapter_context(self, policy: str) -> contextlib.AbstractContextManager:
+        if self.model is self.base_model:
+            return contextlib.nullcontext()
+        if self._lora_cfg[policy] is None:
+            return self.model.disable_adapter()
+        self.model.set_adapter(self._adapter[policy])
+        return contextlib.nullcontext()
+
+    def _decode(self, jobs: list[_Job]) -> None:
+        policy = jobs[0].request.policy
+        version = self._versions[policy]
+        for j in jobs:
+            j.version = version
+        rows = [r for j in jobs for r in j.rows]
+        self.stats["batches"] += 1
+        self.stats["rows"] += len(rows)
+
+        def on_token(row: Row, tok: int, lp: float, text: str) -> None:
+            self.stats["tokens"] += 1
+            self._send(row.owner, TokenDelta(index=row.index, token_ids=[tok], logprobs=[lp], text=text))
+
+        def on_finish(row: Row) -> None:
+            job: _Job = row.owner
+            job.finals[row.index] = Generation(
+                prompt_ids=list(job.prompt_ids),
+                response_ids=list(row.ids),
+                logprobs=list(row.logprobs),
+                text=row.text,
+                tool_calls=parse_tool_calls(row.text),
+                finish_reason=row.finish_reason or "stop",
+                policy_version=job.version,
+            )
+            job.remaining -= 1
+            if job.remaining == 0:
+                self._send(job, _DONE)
+
+        with self._adapter_context(policy):
+            decode_batch(
+                self.model,
+                self.tokenizer,
+                rows,
+                pad_id=self.pad_id,
+                eos_ids=self.eos_ids,
+                device=self.device,
+                on_token=on_token,
+                on_finish=on_finish,
+            )
+
+    @staticmethod
+    def _send(job: _Job, item: Any) -> None:
+        try:
+            job.loop.call_soon_threadsafe(job.out.put_nowait, item)
+        except RuntimeError:  # the caller's event loop is closed: nobody is listening
+            job.cancelled = True
