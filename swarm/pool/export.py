@@ -79,10 +79,27 @@ class ExportMixin:
         token_cols = [S.c.block_keys, S.c.tail, S.c.logprobs] if with_tokens else []
         base = (
             sa.select(
-                S.c.step_id, S.c.episode_id, S.c.idx, S.c.parent_step_id, S.c.task, S.c.group_id, S.c.policy,
-                S.c.policy_version, S.c.source, S.c.response_id, REWARD.label("r"), REWARD_FINAL.label("final"),
-                E.c.status, E.c.type, S.c.created_at, S.c.length, S.c.n_prompt, S.c.consumed_version,
-                S.c.body, S.c.meta, *token_cols,
+                S.c.step_id,
+                S.c.episode_id,
+                S.c.idx,
+                S.c.parent_step_id,
+                S.c.task,
+                S.c.group_id,
+                S.c.policy,
+                S.c.policy_version,
+                S.c.source,
+                S.c.response_id,
+                REWARD.label("r"),
+                REWARD_FINAL.label("final"),
+                E.c.status,
+                E.c.type,
+                S.c.created_at,
+                S.c.length,
+                S.c.n_prompt,
+                S.c.consumed_version,
+                S.c.body,
+                S.c.meta,
+                *token_cols,
             )
             .select_from(JOIN)
             .where(*step_conditions(f, self.dialect))
@@ -96,10 +113,26 @@ class ExportMixin:
             for r in rows:
                 body = r["body"]
                 vals = [
-                    r["step_id"], r["episode_id"], r["idx"], r["parent_step_id"], r["task"], r["group_id"],
-                    r["policy"], r["policy_version"], r["source"], r["response_id"], r["r"], bool(r["final"]),
-                    r["status"], r["type"], r["created_at"], r["n_prompt"], r["length"] - r["n_prompt"],
-                    r["consumed_version"], body.get("finish_reason"), body.get("response_text"),
+                    r["step_id"],
+                    r["episode_id"],
+                    r["idx"],
+                    r["parent_step_id"],
+                    r["task"],
+                    r["group_id"],
+                    r["policy"],
+                    r["policy_version"],
+                    r["source"],
+                    r["response_id"],
+                    r["r"],
+                    bool(r["final"]),
+                    r["status"],
+                    r["type"],
+                    r["created_at"],
+                    r["n_prompt"],
+                    r["length"] - r["n_prompt"],
+                    r["consumed_version"],
+                    body.get("finish_reason"),
+                    body.get("response_text"),
                     json.dumps(r["meta"], sort_keys=True),
                 ]
                 if with_tokens:

@@ -184,8 +184,6 @@ def episode_conditions(f: StepFilter, dialect: str) -> list[sa.ColumnElement]:
             min_group_size=f.min_group_size,
             include_excluded=f.include_excluded,
         )
-        matching = (
-            sa.select(S.c.episode_id).select_from(JOIN).where(*step_conditions(sf, dialect)).correlate(None)
-        )
+        matching = sa.select(S.c.episode_id).select_from(JOIN).where(*step_conditions(sf, dialect)).correlate(None)
         c.append(E.c.episode_id.in_(matching))
     return c

@@ -174,7 +174,9 @@ class Pool(LeaseMixin, ExportMixin):
                     .values(reward=float(r), reward_status=RewardStatus.final.value)
                 )
                 if res.rowcount != 1:
-                    raise NotFoundError("step_rewards names a step not in this episode", episode_id=episode_id, step_id=sid)
+                    raise NotFoundError(
+                        "step_rewards names a step not in this episode", episode_id=episode_id, step_id=sid
+                    )
             return self._episode(c, episode_id)
 
     def abort_episode(self, episode_id: str) -> Episode:
@@ -286,7 +288,9 @@ class Pool(LeaseMixin, ExportMixin):
     def _insert_steps(self, c: sa.Connection, batch: dict[str, Step], prepared: dict[str, dict]) -> None:
         existing: dict[str, bytes] = {}
         for chunk in _chunks(list(batch)):
-            existing.update((k, v) for k, v in c.execute(sa.select(S.c.step_id, S.c.digest).where(S.c.step_id.in_(chunk))))
+            existing.update(
+                (k, v) for k, v in c.execute(sa.select(S.c.step_id, S.c.digest).where(S.c.step_id.in_(chunk)))
+            )
         ep_ids = sorted({s.episode_id for s in batch.values()})
         eps: dict[str, Any] = {}
         for chunk in _chunks(ep_ids):
@@ -471,7 +475,9 @@ class Pool(LeaseMixin, ExportMixin):
 
     def label(self, target: str, target_id: str, label: str, exclude: bool = False, note: str = "") -> Label:
         """Mark a step or an episode; ``exclude=True`` drops it from filters (and training)."""
-        lbl = coerce(Label, {"target": target, "target_id": target_id, "label": label, "exclude": exclude, "note": note}, "label")
+        lbl = coerce(
+            Label, {"target": target, "target_id": target_id, "label": label, "exclude": exclude, "note": note}, "label"
+        )
         table, col = (S, S.c.step_id) if lbl.target == "step" else (E, E.c.episode_id)
         with self._tx(write=True) as c:
             if c.execute(sa.select(col).where(col == target_id)).first() is None:
@@ -553,9 +559,7 @@ class Pool(LeaseMixin, ExportMixin):
                 .select_from(S)
                 .where(S.c.consumed_version.is_(None), S.c.lease_id.is_not(None), S.c.lease_expires_at > t)
             ).scalar_one()
-            mean_reward = c.execute(
-                sa.select(sa.func.avg(REWARD)).select_from(JOIN).where(REWARD_FINAL)
-            ).scalar()
+            mean_reward = c.execute(sa.select(sa.func.avg(REWARD)).select_from(JOIN).where(REWARD_FINAL)).scalar()
             stored = (int(block_bytes) + int(tail_bytes)) // 4
             return {
                 "steps": {
@@ -582,9 +586,15 @@ class Pool(LeaseMixin, ExportMixin):
                     "blocks": int(n_blocks),
                     "dedupe_ratio": (int(logical) / stored) if stored else None,
                 },
-                "leases": {"active": int(c.execute(
-                    sa.select(sa.func.count()).select_from(LS).where(LS.c.state == "active", LS.c.expires_at > t)
-                ).scalar_one())},
+                "leases": {
+                    "active": int(
+                        c.execute(
+                            sa.select(sa.func.count())
+                            .select_from(LS)
+                            .where(LS.c.state == "active", LS.c.expires_at > t)
+                        ).scalar_one()
+                    )
+                },
             }
 
 
@@ -602,7 +612,12 @@ def coerce_enum(enum: type, value: Any, field: str) -> Any:
 def _check_reward(value: float | None, field: str) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value in (float("inf"), float("-inf")):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or value != value
+        or value in (float("inf"), float("-inf"))
+    ):
         raise ValidationError(f"{field}: must be a finite number, got {value!r}")
 
 

@@ -12,7 +12,9 @@ def episode(pool: Pool, task: str = "math", **kw) -> Episode:
     return pool.add_episode(Episode(task=task, **kw))
 
 
-def step(ep: Episode | str, index: int = 0, n_prompt: int = 5, n_response: int = 3, seed: int | None = None, **kw) -> Step:
+def step(
+    ep: Episode | str, index: int = 0, n_prompt: int = 5, n_response: int = 3, seed: int | None = None, **kw
+) -> Step:
     """A step with random (seeded) prompt ids, response ids and exact-float logprobs."""
     rng = random.Random(seed)
     kw.setdefault("prompt_ids", [rng.randrange(50_000) for _ in range(n_prompt)])

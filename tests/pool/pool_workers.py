@@ -1,9 +1,9 @@
 """Subprocess entry points for pool tests (not a test module): a lease consumer and a batch writer.
 
-    python pool_workers.py lease URL       lease 2 groups at a time until none is left; ack;
-                                           print each lease's step ids as one JSON line
-    python pool_workers.py write URL EP    write batches of 64 steps to episode EP forever,
-                                           printing each batch number once it is committed
+python pool_workers.py lease URL       lease 2 groups at a time until none is left; ack;
+                                       print each lease's step ids as one JSON line
+python pool_workers.py write URL EP    write batches of 64 steps to episode EP forever,
+                                       printing each batch number once it is committed
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ def test_cut_chains_prefix_hashes():
     a, tail_a = cut(list(range(10)), 4)
     b, tail_b = cut(list(range(8)) + [99, 98, 97], 4)
     assert [k for k, _ in a[:2]] == [k for k, _ in b[:2]]  # same prefix, same keys
-    c, _ = cut([0, 1, 2, 3, 9, 9, 9, 9] , 4)
+    c, _ = cut([0, 1, 2, 3, 9, 9, 9, 9], 4)
     d, _ = cut([1, 1, 1, 1, 9, 9, 9, 9], 4)
     assert c[1][1] == d[1][1] and c[1][0] != d[1][0]  # same tokens, different prefix: different key
     assert unpack_ids(b"".join(t for _, t in a) + tail_a) == list(range(10))

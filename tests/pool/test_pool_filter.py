@@ -23,7 +23,9 @@ def ids(pool: Pool, **kw) -> set[str]:
 def test_scalar_fields(pool: Pool):
     ep_a = episode(pool, task="a", group_id="g1", type=EpisodeType.eval)
     ep_b = episode(pool, task="b")
-    a0 = step(ep_a, 0, policy="p", policy_version=1, source=Source.whitebox, n_prompt=10, n_response=2, created_at=100.0)
+    a0 = step(
+        ep_a, 0, policy="p", policy_version=1, source=Source.whitebox, n_prompt=10, n_response=2, created_at=100.0
+    )
     a1 = step(ep_a, 1, policy="p", policy_version=4, n_prompt=3, n_response=1, created_at=200.0)
     b0 = step(ep_b, 0, policy="q", policy_version=5, group_id="g2", created_at=300.0)
     pool.add_steps([a0, a1, b0])

@@ -5,12 +5,11 @@ from __future__ import annotations
 import threading
 
 import pytest
+from pool_helpers import episode, step
 
 from swarm.errors import ConflictError, NotFoundError, ValidationError
 from swarm.pool import Pool, StepFilter
 from swarm.records import Episode, EpisodeStatus, Event, PolicyVersion, RewardStatus, Source
-
-from pool_helpers import episode, step
 
 
 def test_step_round_trip_is_exact(pool: Pool):
