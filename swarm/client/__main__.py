@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import threading
@@ -24,11 +25,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-groups", type=int, default=None, help="stop after this many groups")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--token", default=None, help="client token (or SWARM_CLIENT_TOKEN)")
+    p.add_argument("--options", default="{}", help="task options as JSON, e.g. '{\"trainable_side\": \"wolves\"}'")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     cfg = WorkerConfig(server=a.server, task=a.task, workers=a.workers, group_size=a.group_size, model=a.model,
                        temperature=a.temperature, max_tokens=a.max_tokens, episode_timeout_s=a.episode_timeout,
-                       eval_every=a.eval_every, max_groups=a.max_groups, seed=a.seed, token=a.token)
+                       eval_every=a.eval_every, max_groups=a.max_groups, seed=a.seed, token=a.token,
+                       options=json.loads(a.options))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

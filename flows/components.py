@@ -1,0 +1,83 @@
+"""Config -> typed objects: the one place the Hydra config becomes a Pool, a backend, a
+TrainConfig. Flows call these; library code never sees the config tree.
+
+Errors name the bad key and the fix (``ConfigError``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from swarm.policy import PolicyBackend, build_backend
+from swarm.pool import Pool
+from swarm.train import LoraSpec, TrainConfig
+
+__all__ = ["ConfigError", "model_path", "make_pool", "make_backend", "make_train_config", "lora_spec"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class ConfigError(ValueError):
+    """A config key is missing or wrong; the message names the key and how to fix it."""
+
+
+def _get(cfg: dict[str, Any], key: str, where: str) -> Any:
+    if key not in cfg:
+        raise ConfigError(f"{where}.{key} is missing; set it in conf/{where}/*.yaml or with {where}.{key}=...")
+    return cfg[key]
+
+
+def model_path(model: dict[str, Any]) -> str:
+    """The checkpoint to load: ``model.path`` (HF id or folder), or the locally built tiny model."""
+    path = model.get("path")
+    if path:
+        return str(path)
+    from swarm.policy.tiny import ensure_tiny_model
+
+    warmup = model.get("warmup")
+    if warmup in (None, "none"):
+        return str(ensure_tiny_model(seed=int(model.get("seed", 0))))
+    if warmup != "word_chain":
+        raise ConfigError(f"model.warmup={warmup!r} is unknown; use word_chain or none")
+    from swarm.policy.warmup import word_chain_warmup
+
+    return str(ensure_tiny_model(seed=int(model.get("seed", 0)), warmup=word_chain_warmup))
+
+
+def lora_spec(algo: dict[str, Any]) -> LoraSpec | None:
+    lora = algo.get("lora")
+    if not lora:
+        return None
+    return LoraSpec(rank=int(lora.get("rank", 8)), alpha=float(lora.get("alpha", 16)),
+                    dropout=float(lora.get("dropout", 0.0)),
+                    target_modules=tuple(lora.get("target_modules", ("q_proj", "v_proj"))))
+
+
+def make_pool(pool: dict[str, Any]) -> Pool:
+    url = os.environ.get("SWARM_POOL_URL") or _get(pool, "url", "pool")
+    return Pool(str(url), block_size=int(pool.get("block_size", 64)))
+
+
+def make_backend(model: dict[str, Any], policies: list[str], lora: LoraSpec | None) -> PolicyBackend:
+    """The inference backend serving ``policies``; trainable policies get LoRA adapters matching ``lora``."""
+    kind = _get(model, "backend", "model")
+    if kind == "hf":
+        peft = None if lora is None else {"r": lora.rank, "alpha": lora.alpha, "dropout": lora.dropout,
+                                          "target_modules": list(lora.target_modules)}
+        return build_backend("hf", model_path=model_path(model), policies=list(policies), lora=peft,
+                             device=model.get("device", "cpu"), dtype=model.get("dtype", "float32"),
+                             max_batch_size=int(model.get("max_batch_size", 16)))
+    kwargs = {k: v for k, v in model.items() if k not in ("backend", "name")}
+    return build_backend(kind, policies=list(policies), **kwargs)
+
+
+def make_train_config(algo: dict[str, Any], temperature: float, pad_id: int) -> TrainConfig:
+    keys = ("lr", "weight_decay", "max_grad_norm", "clip_low", "clip_high", "ratio", "tis_cap", "kl_coef",
+            "loss_agg", "merge", "token_budget")
+    kw = {k: algo[k] for k in keys if k in algo}
+    try:
+        return TrainConfig(**kw, lora=lora_spec(algo), temperature=temperature, pad_id=pad_id)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"algo: {exc}") from exc

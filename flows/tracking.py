@@ -1,0 +1,74 @@
+"""MLflow for the flows: one run per flow run, flattened config as params, slash-namespaced
+metrics with ``step`` = policy version, readable trajectories and merge stats as artifacts.
+
+Local SQLite store by default; ``MLFLOW_TRACKING_URI`` wins when set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import mlflow
+
+__all__ = ["tracking_uri", "flatten", "open_run", "log_metrics", "render_trajectory", "log_text"]
+
+
+def tracking_uri(configured: str | None) -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or configured or "sqlite:///mlruns.db"
+
+
+def flatten(cfg: Any, prefix: str = "") -> dict[str, str]:
+    """``{"algo.lr": "0.002", ...}``: MLflow params (values truncated to MLflow's 6000 chars)."""
+    out: dict[str, str] = {}
+    if isinstance(cfg, dict):
+        for k, v in cfg.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    else:
+        out[prefix[:-1]] = json.dumps(cfg)[:6000] if isinstance(cfg, list) else str(cfg)[:6000]
+    return out
+
+
+def open_run(uri: str | None, experiment: str, run_name: str, config: dict[str, Any],
+             nested: bool = False) -> mlflow.ActiveRun:
+    """Start the run, log params and the resolved config; the caller ends it (``with``)."""
+    mlflow.set_tracking_uri(tracking_uri(uri))
+    mlflow.set_experiment(experiment)
+    run = mlflow.start_run(run_name=run_name, nested=nested)
+    mlflow.log_params(flatten(config))
+    mlflow.log_dict(config, "config.json")
+    return run
+
+
+def log_metrics(metrics: dict[str, float], step: int) -> None:
+    clean = {k.replace(":", "_"): float(v) for k, v in metrics.items() if v is not None}
+    mlflow.log_metrics(clean, step=step)
+
+
+def render_trajectory(steps: list[Any], decode: Any) -> str:
+    """Markdown of one episode's steps: messages (or decoded prompt), the reply, reward, version."""
+    lines = []
+    for s in steps:
+        lines.append(f"### step {s.index} · policy {s.policy} v{s.policy_version} · reward {s.reward}")
+        if s.prompt_messages:
+            for m in s.prompt_messages:
+                lines.append(f"- **{m.get('role')}**: {m.get('content')!s}")
+        else:
+            lines.append(f"```\n{decode(s.prompt_ids)}\n```")
+        reply = s.response_text if s.response_text is not None else decode(s.response_ids)
+        lines.append(f"- **assistant** ({len(s.response_ids)} tokens): {reply}")
+        if s.tool_calls:
+            lines.append(f"- tool calls: `{json.dumps(s.tool_calls)}`")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def log_text(text: str, path: str) -> None:
+    mlflow.log_text(text, path)
+
+
+def log_dir(directory: str | Path, artifact_path: str) -> None:
+    if Path(directory).exists():
+        mlflow.log_artifacts(str(directory), artifact_path)

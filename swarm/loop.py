@@ -1,0 +1,105 @@
+"""The training loop's stages as plain functions over the pool: snapshot -> decide -> lease ->
+measure. ``flows/train.py`` wraps each as a Prefect task; tests call them directly.
+
+It does not train (:mod:`swarm.train`) and does not talk HTTP: it reads the pool directly.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from swarm.batching import Decision, GroupState, Snapshot, Strategy, decide
+from swarm.pool import Lease, Pool, StepFilter
+from swarm.records import EpisodeStatus, EpisodeType, Step
+
+__all__ = ["trainable_filter", "snapshot", "wait_for_batch", "lease_batch", "batch_metrics", "eval_reward"]
+
+_SCAN = 100_000  # upper bound on steps read for one snapshot (unconsumed, fresh steps only)
+
+
+def trainable_filter(policy: str, version: int, max_staleness: int | None, **kw: Any) -> StepFilter:
+    """Final rewards, finished train episodes, unconsumed, not staler than ``max_staleness`` versions."""
+    stale = {} if max_staleness is None else {"max_staleness": max_staleness, "current_version": version}
+    return StepFilter.trainable(policy=policy, **stale, **kw)
+
+
+def snapshot(pool: Pool, flt: StepFilter, active_clients: frozenset[str] = frozenset(),
+             agreed_clients: frozenset[str] = frozenset()) -> Snapshot:
+    """What the strategies look at: per group, finished episodes' rewards and still-open episodes."""
+    rewards: dict[str, dict[str, float]] = defaultdict(dict)
+    for s in pool.query_steps(flt, limit=_SCAN):
+        if s.reward is not None:
+            rewards[s.group_id or s.episode_id][s.episode_id] = s.reward
+    open_eps = pool.query_episodes(StepFilter(episode_status=EpisodeStatus.open, episode_type=EpisodeType.train),
+                                   limit=_SCAN)
+    n_open: dict[str, int] = defaultdict(int)
+    for ep in open_eps:
+        if ep.group_id in rewards:
+            n_open[ep.group_id] += 1
+    groups = tuple(GroupState(g, tuple(r.values()), n_open[g]) for g, r in rewards.items())
+    return Snapshot(groups, active_clients, agreed_clients)
+
+
+def wait_for_batch(pool: Pool, flt: StepFilter, strategy: Strategy | str, *, min_episodes: int, min_groups: int,
+                   group_size: int, timeout_s: float = 600.0, poll_s: float = 0.25,
+                   clients: Callable[[], tuple[frozenset[str], frozenset[str]]] | None = None,
+                   on_poll: Callable[[Decision], None] | None = None,
+                   should_stop: Callable[[], bool] = lambda: False) -> Decision:
+    """Poll the pool until the strategy fires (or ``timeout_s`` passes: TimeoutError)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        active, agreed = clients() if clients else (frozenset(), frozenset())
+        d = decide(strategy, snapshot(pool, flt, active, agreed), min_episodes=min_episodes, min_groups=min_groups,
+                   group_size=group_size)
+        if on_poll:
+            on_poll(d)
+        if d.fire or should_stop():
+            return d
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no batch after {timeout_s:.0f}s: {d.reason} (strategy {Strategy(strategy).value})")
+        time.sleep(poll_s)
+
+
+def lease_batch(pool: Pool, flt: StepFilter, decision: Decision, ttl_s: float = 600.0) -> Lease:
+    """Lease exactly the groups the strategy chose (whole groups, never a zero-variance one under C3)."""
+    f = flt.model_copy(update={"group_ids": list(decision.group_ids)})
+    return pool.lease(f, max_groups=len(decision.group_ids), ttl_s=ttl_s)
+
+
+def _episode_rewards(steps: Sequence[Step]) -> dict[str, tuple[str, float]]:
+    out: dict[str, tuple[str, float]] = {}
+    for s in steps:
+        if s.reward is not None:
+            out[s.episode_id] = (s.task, s.reward)
+    return out
+
+
+def batch_metrics(steps: Sequence[Step], version: int, prefix: str = "") -> dict[str, float]:
+    """Reward per episode (overall and per task), staleness and size of a leased batch."""
+    eps = _episode_rewards(steps)
+    rewards = [r for _, r in eps.values()]
+    m: dict[str, float] = {
+        f"{prefix}reward/mean": statistics.fmean(rewards) if rewards else 0.0,
+        f"{prefix}batch/episodes": float(len(eps)),
+        f"{prefix}batch/steps": float(len(steps)),
+        f"{prefix}pool/staleness": statistics.fmean(version - s.policy_version for s in steps) if steps else 0.0,
+    }
+    by_task: dict[str, list[float]] = defaultdict(list)
+    for task, r in eps.values():
+        by_task[task].append(r)
+    if len(by_task) > 1 or prefix:
+        for task, rs in by_task.items():
+            m[f"{prefix}reward/{task}/mean"] = statistics.fmean(rs)
+    return m
+
+
+def eval_reward(pool: Pool, since: float) -> float | None:
+    """Mean reward of eval episodes finished since ``since`` (None when there are none)."""
+    eps = pool.query_episodes(StepFilter(episode_type=EpisodeType.eval, episode_status=EpisodeStatus.finished,
+                                         since=since), limit=_SCAN)
+    rewards = [e.reward for e in eps if e.reward is not None]
+    return statistics.fmean(rewards) if rewards else None
