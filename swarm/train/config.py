@@ -16,19 +16,23 @@ __all__ = ["LoraSpec", "TrainConfig"]
 
 @dataclass(frozen=True)
 class LoraSpec:
-    """A peft LoRA adapter; ``target_modules`` are module-name suffixes (peft semantics)."""
+    """A peft LoRA adapter; ``target_modules``: module-name suffixes or ``"all-linear"`` (peft semantics).
+
+    To publish into a backend's adapter, use the backend's rank, alpha and targets (the keys must match).
+    """
 
     rank: int = 8
     alpha: float = 16.0
     dropout: float = 0.0
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    target_modules: tuple[str, ...] | str = ("q_proj", "k_proj", "v_proj", "o_proj")
 
     def __post_init__(self) -> None:
         if self.rank < 1:
             raise ValidationError(f"lora.rank must be >= 1, got {self.rank}")
         if not self.target_modules:
             raise ValidationError("lora.target_modules must name at least one module, e.g. ['q_proj', 'v_proj']")
-        object.__setattr__(self, "target_modules", tuple(self.target_modules))
+        if not isinstance(self.target_modules, str):
+            object.__setattr__(self, "target_modules", tuple(self.target_modules))
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,8 @@ class Trainer:
                     r=spec.rank,
                     lora_alpha=spec.alpha,
                     lora_dropout=spec.dropout,
-                    target_modules=list(spec.target_modules),
+                    target_modules=spec.target_modules if isinstance(spec.target_modules, str)
+                    else list(spec.target_modules),
                     task_type="CAUSAL_LM",
                 ),
             )
@@ -93,6 +94,28 @@ class Trainer:
 
     def update(self, items: list[TrainSeq]) -> dict[str, float]:
         """One optimizer step on ``items``; returns the metrics dict (``train/``, ``merge/``, ``adv/``, ``time/``)."""
+        t0 = time.perf_counter()
+        self.optimizer.zero_grad(set_to_none=True)
+        metrics = self.accumulate_gradients(items)
+        t4 = time.perf_counter()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        max_norm = self.config.max_grad_norm if self.config.max_grad_norm else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        if metrics["train/tokens"] > 0:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.updates += 1
+        metrics["train/grad_norm"] = float(grad_norm)
+        metrics["train/updates"] = float(self.updates)
+        metrics["time/optimizer_s"] = time.perf_counter() - t4
+        metrics["time/update_s"] = time.perf_counter() - t0
+        return metrics
+
+    def accumulate_gradients(self, items: list[TrainSeq]) -> dict[str, float]:
+        """Merge, forward and backward every micro-batch, adding the batch gradient to ``.grad``.
+
+        No optimizer step, no zeroing: the gradient equals that of the whole batch's loss.
+        """
         cfg = self.config
         t0 = time.perf_counter()
         batch = merge_items(items, cfg.merge, cfg.token_budget)
@@ -110,7 +133,6 @@ class Trainer:
                 beh[i, : len(it.response_ids)] = torch.tensor(it.behaviour_logprobs)
 
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
         sums = {k: 0.0 for k in ("loss", "pg", "kl_ref", "clipped", "approx_kl", "entropy", "ratio", "tis")}
         count = 0
         t_fwd = t_bwd = 0.0
@@ -151,13 +173,6 @@ class Trainer:
             sums["entropy"] += ent.sum().item()
             count += int(col.target_ids.numel())
 
-        t4 = time.perf_counter()
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm if cfg.max_grad_norm else float("inf"))
-        if count:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.updates += 1
         n = max(count, 1)
         metrics = {
             "train/loss": sums["loss"],
@@ -167,15 +182,11 @@ class Trainer:
             "train/ratio_mean": sums["ratio"] / n,
             "train/tis_weight_mean": sums["tis"] / n,
             "train/entropy": sums["entropy"] / n,
-            "train/grad_norm": float(grad_norm),
             "train/tokens": float(count),
             "train/tokens_forward": float(batch.stats.tokens_after),
-            "train/updates": float(self.updates),
             "time/merge_s": t_merge,
             "time/forward_s": t_fwd,
             "time/backward_s": t_bwd,
-            "time/optimizer_s": time.perf_counter() - t4,
-            "time/update_s": time.perf_counter() - t0,
         }
         if cfg.kl_coef > 0:
             metrics["train/kl_ref"] = sums["kl_ref"] / n
