@@ -1,0 +1,120 @@
+"""One werewolves game against a gateway: which seats are LLMs, their episodes and their rewards.
+
+:func:`run_multiagent` (the worker's entry point) reads :class:`WerewolvesOptions` from
+``cfg.options``, opens one episode per LLM-controlled seat (``type`` = the group's kind for the
+trainable side, ``"eval"`` for frozen opponents so they are never trained), plays the game with
+each seat's calls going through its own episode key and policy (``model``), and ends every
+episode with ``player_reward``. Rule-based seats open no episode. If anything fails, every
+open episode of the game is aborted and the error re-raised. This module has no game rules
+(see :mod:`experiments.werewolves.game`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from experiments.werewolves.game import MAX_ROUNDS, Action, Decision, Game, side_of
+from experiments.werewolves.heuristic import HeuristicPlayer
+from experiments.werewolves.llm_player import LLMPlayer, openai_chat
+from experiments.werewolves.reward import player_reward, side_reward
+
+__all__ = ["WerewolvesOptions", "run_multiagent", "HEARTBEAT_S"]
+
+HEARTBEAT_S = 10.0
+SIDES = ("wolves", "village")
+ROLE_NAMES = ("werewolf", "villager", "seer", "witch", "hunter")
+
+
+@dataclass
+class WerewolvesOptions:
+    """Task options (``cfg.options``); see the README for each key."""
+
+    trainable_side: str = "wolves"
+    role_policies: dict[str, str] = field(default_factory=dict)
+    opponents: str = "heuristic"
+    max_rounds: int = MAX_ROUNDS
+    day_discussion: int = 1
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any] | None) -> WerewolvesOptions:
+        """Validate a plain dict; unknown keys and bad values raise ValueError naming the key and the fix."""
+        opts = dict(options or {})
+        unknown = sorted(set(opts) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"werewolves: unknown option(s) {unknown}; known: {sorted(cls.__dataclass_fields__)}")
+        o = cls(**opts)
+        if o.trainable_side not in SIDES:
+            raise ValueError(f"werewolves: trainable_side={o.trainable_side!r}; use one of {SIDES}")
+        if not isinstance(o.role_policies, dict) or not set(o.role_policies) <= set(ROLE_NAMES):
+            raise ValueError(f"werewolves: role_policies must map roles {ROLE_NAMES} to policy names, "
+                             f"got {o.role_policies!r}")
+        if o.opponents != "heuristic" and not (o.opponents.startswith("policy:") and len(o.opponents) > 7):
+            raise ValueError(f"werewolves: opponents={o.opponents!r}; use 'heuristic' or 'policy:<name>'")
+        if not 1 <= int(o.max_rounds) <= MAX_ROUNDS or int(o.day_discussion) < 0:
+            raise ValueError(f"werewolves: need 1 <= max_rounds <= {MAX_ROUNDS} and day_discussion >= 0")
+        o.role_policies = dict(o.role_policies)
+        return o
+
+    def seat_policy(self, role: str, default: str) -> tuple[str | None, str]:
+        """(policy name or None for a rule-based seat, episode type) of a seat with this role."""
+        if side_of(role) == self.trainable_side:
+            return self.role_policies.get(role, default), "train"
+        if self.opponents.startswith("policy:"):
+            return self.opponents.split(":", 1)[1], "eval"
+        return None, ""
+
+
+def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: Any, kind: str = "train"
+                   ) -> dict[str, float]:
+    """Play one game; returns the trainable side's ``{"reward", "win", "format_penalty", "rounds"}``.
+
+    ``kind`` is the episode type of the trainable seats ("train" or "eval").
+    """
+    opts = WerewolvesOptions.from_options(getattr(cfg, "options", None))
+    seed, roles = int(instance["seed"]), list(instance["roles"])
+    wolves = [i for i, r in enumerate(roles) if r == "werewolf"]
+    max_tokens = opts.max_tokens or cfg.max_tokens
+    temperature = cfg.temperature if opts.temperature is None else opts.temperature
+    episodes: dict[int, Any] = {}
+    agents: list[Any] = []
+    try:
+        for i, role in enumerate(roles):
+            policy, ep_type = opts.seat_policy(role, cfg.model)
+            if policy is None:
+                agents.append(HeuristicPlayer(i, seed))
+                continue
+            ep_type = kind if ep_type == "train" else ep_type
+            ep = client.begin(task="werewolves", group_id=group_id, type=ep_type, client_id=cfg.client_id,
+                              timeout_s=cfg.episode_timeout_s,
+                              metadata={"role": role, "player": i, "seed": seed, "policy": policy})
+            episodes[i] = ep
+            chat = openai_chat(ep.openai(max_retries=0), policy, temperature, max_tokens)
+            agents.append(LLMPlayer(i, role, wolves, seed, chat))
+        last_beat = [time.monotonic()]
+
+        def heartbeat(_d: Decision, _a: Action) -> None:
+            if time.monotonic() - last_beat[0] > HEARTBEAT_S:  # long games must not time out their episodes
+                for ep in episodes.values():
+                    ep.heartbeat()
+                last_beat[0] = time.monotonic()
+
+        result = Game(roles, seed, opts.max_rounds, opts.day_discussion).play(agents, heartbeat)
+    except BaseException:
+        for ep in episodes.values():
+            if not ep.ended:
+                try:
+                    ep.abort()
+                except Exception:  # noqa: BLE001 - the original error matters more; the gateway times it out
+                    pass
+        raise
+    for i, ep in episodes.items():
+        parts = player_reward(result.winner == side_of(roles[i]), result.format_errors[i])
+        player = agents[i]
+        ep.end(reward=parts.pop("reward"), **parts, rounds=float(result.rounds), calls=float(player.calls),
+               llm_errors=float(player.llm_errors), timeout=float(result.timeout))
+    trainable = [i for i in episodes if side_of(roles[i]) == opts.trainable_side]
+    return side_reward(result, roles, opts.trainable_side, trainable)

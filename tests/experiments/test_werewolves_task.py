@@ -1,0 +1,149 @@
+"""run_multiagent for werewolves with a fake gateway (mocked HTTP): episodes, policies, history, rewards."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from experiments.werewolves import WerewolvesOptions, make_instance, run_multiagent
+from swarm.client.worker import WorkerConfig
+
+
+def legal_reply(last_user: str) -> str:
+    """A well-behaved policy: the first legal action on the first legal target."""
+    action = re.search(r"Actions: ([a-z]+)", last_user).group(1)  # type: ignore[union-attr]
+    targets = re.search(r"Targets: (\d+)", last_user)
+    body: dict[str, Any] = {"action": action, "say": "hm"}
+    if targets and action in ("kill", "check", "shoot", "vote", "poison"):
+        body["target"] = int(targets.group(1))
+    return json.dumps(body)
+
+
+class FakeGateway:
+    """Episodes in memory; chat completions answered by ``policies[model](last user text)``."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.episodes: list[FakeEpisode] = []
+        self.requests: dict[str, list[dict[str, Any]]] = {}
+        self.replies: dict[str, list[str]] = {}
+        self.fail_after = fail_after
+        self.policies = {"bad": lambda _u: "I think player 3 is bad."}
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        key = request.headers["authorization"].split()[-1]
+        body = json.loads(request.content)
+        self.requests.setdefault(key, []).append(body)
+        if self.fail_after is not None and sum(map(len, self.requests.values())) > self.fail_after:
+            return httpx.Response(500, json={"error": {"type": "server_error", "message": "boom"}})
+        text = self.policies.get(body["model"], legal_reply)(body["messages"][-1]["content"])
+        self.replies.setdefault(key, []).append(text)
+        return httpx.Response(200, json={
+            "id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]})
+
+    def begin(self, **kw: Any) -> FakeEpisode:
+        ep = FakeEpisode(self, f"key-{len(self.episodes)}", kw)
+        self.episodes.append(ep)
+        return ep
+
+
+class FakeEpisode:
+    def __init__(self, gw: FakeGateway, key: str, kw: dict[str, Any]) -> None:
+        self.gw, self.api_key, self.kw = gw, key, kw
+        self.ended, self.aborted, self.reward, self.metrics = False, False, None, {}
+
+    def openai(self, **kwargs: Any) -> openai.OpenAI:
+        return openai.OpenAI(base_url="http://gw.test/v1", api_key=self.api_key,
+                             http_client=httpx.Client(transport=httpx.MockTransport(self.gw.handler)), **kwargs)
+
+    def heartbeat(self) -> None:
+        pass
+
+    def end(self, reward: float | None = None, **metrics: Any) -> None:
+        self.ended, self.reward, self.metrics = True, reward, metrics
+
+    def abort(self) -> None:
+        self.ended = self.aborted = True
+
+
+def cfg(**options: Any) -> WorkerConfig:
+    return WorkerConfig(server="http://gw.test", task="werewolves", max_tokens=48, options=options)
+
+
+def test_default_wolves_are_llm_seats_with_growing_conversations() -> None:
+    gw, inst = FakeGateway(), make_instance(3)
+    parts = run_multiagent(inst, gw, "werewolves-3", cfg())
+    wolves = [i for i, r in enumerate(inst["roles"]) if r == "werewolf"]
+    assert sorted(ep.kw["metadata"]["player"] for ep in gw.episodes) == wolves
+    for ep in gw.episodes:
+        assert ep.kw["task"] == "werewolves" and ep.kw["type"] == "train" and ep.kw["group_id"] == "werewolves-3"
+        assert ep.kw["metadata"]["role"] == "werewolf" and ep.kw["metadata"]["seed"] == 3
+        assert ep.ended and not ep.aborted and ep.reward == parts["win"]  # legal replies: no penalty
+        reqs, replies = gw.requests[ep.api_key], gw.replies[ep.api_key]
+        assert 0 < len(reqs) <= 40 and all(r["model"] == "default" and r["max_tokens"] == 48 for r in reqs)
+        for prev, nxt, reply in zip(reqs, reqs[1:], replies, strict=False):  # each call extends the previous one
+            assert nxt["messages"][:len(prev["messages"]) + 1] == prev["messages"] + [
+                {"role": "assistant", "content": reply}]
+        assert ep.metrics["format_errors"] == 0.0 and ep.metrics["calls"] == len(reqs)
+    assert set(parts) == {"reward", "win", "format_penalty", "rounds"} and parts["format_penalty"] == 0.0
+
+
+def test_per_role_policies_village_side_and_frozen_opponents() -> None:
+    gw, inst = FakeGateway(), make_instance(8)
+    policies = {"villager": "vil", "seer": "seer", "witch": "witch", "hunter": "hunter"}
+    parts = run_multiagent(inst, gw, "g", cfg(trainable_side="village", role_policies=policies,
+                                              opponents="policy:frozen"))
+    assert len(gw.episodes) == 9 and all(ep.ended for ep in gw.episodes)
+    for ep in gw.episodes:
+        role = ep.kw["metadata"]["role"]
+        model = "frozen" if role == "werewolf" else policies[role]
+        assert ep.kw["type"] == ("eval" if role == "werewolf" else "train")
+        assert ep.kw["metadata"]["policy"] == model
+        assert {r["model"] for r in gw.requests.get(ep.api_key, [])} <= {model}
+    assert parts["win"] in (0.0, 1.0)
+
+
+def test_malformed_replies_fall_back_and_are_penalised() -> None:
+    gw = FakeGateway()
+    parts = run_multiagent(make_instance(1), gw, "g", cfg(role_policies={"werewolf": "bad"}))
+    assert parts["format_penalty"] < 0 and parts["reward"] == pytest.approx(parts["win"] + parts["format_penalty"])
+    for ep in gw.episodes:
+        assert ep.metrics["format_errors"] == ep.metrics["calls"] > 0
+        assert ep.reward == pytest.approx(ep.metrics["win"] + ep.metrics["format_penalty"])
+
+
+def test_an_error_aborts_every_episode_of_the_game() -> None:
+    gw = FakeGateway(fail_after=4)
+    with pytest.raises(openai.InternalServerError):
+        run_multiagent(make_instance(2), gw, "g", cfg())
+    assert gw.episodes and all(ep.aborted for ep in gw.episodes)
+
+
+def test_context_refusal_hands_the_seat_to_the_rules_without_penalty() -> None:
+    gw = FakeGateway()
+
+    original = gw.handler
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if len(gw.requests.get(request.headers["authorization"].split()[-1], [])) >= 2:
+            return httpx.Response(400, json={"error": {"type": "context_length", "message": "too long"}})
+        return original(request)
+
+    gw.handler = handler  # type: ignore[method-assign]
+    parts = run_multiagent(make_instance(4), gw, "g", cfg())
+    assert parts["format_penalty"] == 0.0
+    assert all(ep.metrics["llm_errors"] == 1.0 and ep.metrics["calls"] == 2.0 for ep in gw.episodes)
+
+
+def test_options_are_validated_with_the_key_and_the_fix() -> None:
+    assert WerewolvesOptions.from_options({}).trainable_side == "wolves"
+    for bad, word in [({"trainable_side": "wolf"}, "trainable_side"), ({"opponents": "gpt"}, "opponents"),
+                      ({"role_policies": {"wolf": "x"}}, "role_policies"), ({"colour": 1}, "colour"),
+                      ({"max_rounds": 9}, "max_rounds")]:
+        with pytest.raises(ValueError, match=word):
+            WerewolvesOptions.from_options(bad)
