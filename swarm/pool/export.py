@@ -71,7 +71,7 @@ class ExportMixin:
         import polars as pl
 
         from swarm.pool.blocks import unpack_floats
-        from swarm.pool.store import coerce
+        from swarm.pool.checks import coerce
 
         f = coerce(StepFilter, filter or StepFilter(), "filter")
         schema = _schema(with_tokens)

@@ -68,7 +68,7 @@ class LeaseMixin:
         a ``max_steps``-only lease: use ``max_groups``). Returns an empty lease when nothing
         is available.
         """
-        from swarm.pool.store import coerce
+        from swarm.pool.checks import coerce
 
         f = coerce(StepFilter, filter, "filter")
         if max_steps is None and max_groups is None:

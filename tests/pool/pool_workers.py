@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import sys
+import time
 
 from pool_helpers import seeded_step
 
@@ -19,6 +20,8 @@ from swarm.pool import Pool, StepFilter
 
 def lease(url: str) -> None:
     pool = Pool(url)
+    print("ready", flush=True)
+    sys.stdin.readline()  # start together with the other consumer
     empty = 0
     while empty < 3:
         got = pool.lease(StepFilter(), max_groups=2, ttl_s=120)
@@ -28,6 +31,7 @@ def lease(url: str) -> None:
         empty = 0
         print(json.dumps([s.step_id for s in got.steps]), flush=True)
         pool.ack(got.lease_id, consumed_version=1)
+        time.sleep(0.005)  # "train": gives the other consumer a turn on a busy machine
 
 
 def write(url: str, episode_id: str) -> None:

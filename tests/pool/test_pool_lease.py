@@ -143,6 +143,7 @@ def test_concurrent_leases_in_two_processes_never_share_a_step(pool: Pool, pool_
     procs = [
         subprocess.Popen(
             [sys.executable, str(HERE / "pool_workers.py"), "lease", pool_url],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -150,6 +151,11 @@ def test_concurrent_leases_in_two_processes_never_share_a_step(pool: Pool, pool_
         )
         for _ in range(2)
     ]
+    for p in procs:
+        assert p.stdout.readline().strip() == "ready", p.stderr.read()
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
     leases = []
     for p in procs:
         out, err = p.communicate(timeout=180)

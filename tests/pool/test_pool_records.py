@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from swarm.errors import ValidationError
-from swarm.pool.store import coerce
+from swarm.pool.checks import coerce
 from swarm.records import Episode, Event, Step
 
 

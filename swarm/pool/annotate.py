@@ -1,0 +1,221 @@
+"""Everything attached to steps and episodes after they are written: rewards (late ones too),
+events and feedback, curation labels, published policy versions, and pool statistics.
+
+A mixin of :class:`swarm.pool.store.Pool`; same transactions and errors (ValidationError,
+NotFoundError, ConflictError).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from swarm.errors import ConflictError, NotFoundError, ValidationError
+from swarm.pool.checks import check_reward, coerce
+from swarm.pool.query import JOIN, REWARD, REWARD_FINAL
+from swarm.pool.schema import blocks as B
+from swarm.pool.schema import episodes as E
+from swarm.pool.schema import events as EV
+from swarm.pool.schema import labels as L
+from swarm.pool.schema import leases as LS
+from swarm.pool.schema import policy_versions as PV
+from swarm.pool.schema import steps as S
+from swarm.records import Event, Label, PolicyVersion, RewardStatus, now
+
+if TYPE_CHECKING:
+    from swarm.pool.store import Pool
+
+__all__ = ["AnnotateMixin"]
+
+
+class AnnotateMixin:
+    """Rewards, events, labels, policy versions and stats for :class:`swarm.pool.store.Pool`."""
+
+    def set_reward(
+        self, *, episode_id: str | None = None, step_id: str | None = None, reward: float, final: bool = True
+    ) -> None:
+        """Set an episode's or a step's reward, at any time (late rewards are welcome)."""
+        if (episode_id is None) == (step_id is None):
+            raise ValidationError("set_reward needs exactly one of episode_id and step_id")
+        check_reward(reward, "reward")
+        status = (RewardStatus.final if final else RewardStatus.pending).value
+        with self._tx(write=True) as c:
+            if step_id is not None:
+                res = c.execute(
+                    S.update().where(S.c.step_id == step_id).values(reward=float(reward), reward_status=status)
+                )
+                if res.rowcount != 1:
+                    raise NotFoundError("no such step", step_id=step_id)
+            else:
+                res = c.execute(
+                    E.update()
+                    .where(E.c.episode_id == episode_id)
+                    .values(reward=float(reward), reward_status=status, updated_at=now())
+                )
+                if res.rowcount != 1:
+                    raise NotFoundError("no such episode", episode_id=episode_id)
+
+    def add_event(self: Pool, ev: Event) -> str:
+        """Store an event or feedback; a ``reward`` event also sets the (final) reward."""
+        ev = coerce(Event, ev, "event")
+        with self._tx(write=True) as c:
+            if ev.step_id is not None:
+                owner = c.execute(sa.select(S.c.episode_id).where(S.c.step_id == ev.step_id)).scalar()
+                if owner is None:
+                    raise NotFoundError("event names a step that does not exist", step_id=ev.step_id)
+                if ev.episode_id is not None and ev.episode_id != owner:
+                    raise ValidationError("episode_id: the step belongs to another episode", step_id=ev.step_id)
+                ev = ev.model_copy(update={"episode_id": owner})
+            else:
+                self._episode(c, ev.episode_id)
+            if c.execute(sa.select(EV.c.event_id).where(EV.c.event_id == ev.event_id)).first():
+                raise ConflictError("an event with this id already exists", event_id=ev.event_id)
+            c.execute(
+                EV.insert(),
+                {
+                    "event_id": ev.event_id,
+                    "kind": ev.kind,
+                    "episode_id": ev.episode_id,
+                    "step_id": ev.step_id,
+                    "created_at": ev.created_at,
+                    "record": ev.model_dump(mode="json"),
+                },
+            )
+        if ev.kind == "reward":
+            target = {"step_id": ev.step_id} if ev.step_id is not None else {"episode_id": ev.episode_id}
+            self.set_reward(**target, reward=ev.value, final=True)
+        return ev.event_id
+
+    def events(self: Pool, episode_id: str | None = None, step_id: str | None = None) -> list[Event]:
+        """Events of an episode (all of them, step events included) or of one step."""
+        if episode_id is None and step_id is None:
+            raise ValidationError("events needs an episode_id or a step_id")
+        q = sa.select(EV.c.record).order_by(EV.c.created_at, EV.c.event_id)
+        q = q.where(EV.c.step_id == step_id) if step_id is not None else q.where(EV.c.episode_id == episode_id)
+        with self._tx() as c:
+            return [Event.model_validate(r) for r in c.execute(q).scalars()]
+
+    def label(self: Pool, target: str, target_id: str, label: str, exclude: bool = False, note: str = "") -> Label:
+        """Mark a step or an episode; ``exclude=True`` drops it from filters (and training)."""
+        lbl = coerce(
+            Label, {"target": target, "target_id": target_id, "label": label, "exclude": exclude, "note": note}, "label"
+        )
+        table, col = (S, S.c.step_id) if lbl.target == "step" else (E, E.c.episode_id)
+        with self._tx(write=True) as c:
+            if c.execute(sa.select(col).where(col == target_id)).first() is None:
+                raise NotFoundError(f"no such {lbl.target}", **{f"{lbl.target}_id": target_id})
+            c.execute(L.insert(), lbl.model_dump())
+        return lbl
+
+    def labels(self: Pool, target_id: str) -> list[Label]:
+        q = sa.select(L).where(L.c.target_id == target_id).order_by(L.c.created_at, L.c.label_id)
+        with self._tx() as c:
+            return [Label.model_validate(dict(r)) for r in c.execute(q).mappings()]
+
+    # ---------------------------------------------------------------- policy versions
+    def add_policy_version(self: Pool, pv: PolicyVersion) -> PolicyVersion:
+        """Record a published version; re-adding the same one is a no-op, a different one a ConflictError."""
+        pv = coerce(PolicyVersion, pv, "policy version")
+        with self._tx(write=True) as c:
+            old = c.execute(
+                sa.select(PV.c.adapter_path).where(PV.c.policy == pv.policy, PV.c.version == pv.version)
+            ).first()
+            if old is not None:
+                if old.adapter_path != pv.adapter_path:
+                    raise ConflictError("this policy version already exists", policy=pv.policy, version=pv.version)
+                return pv
+            c.execute(
+                PV.insert(),
+                {
+                    "policy": pv.policy,
+                    "version": pv.version,
+                    "adapter_path": pv.adapter_path,
+                    "created_at": pv.created_at,
+                    "meta": pv.metadata,
+                },
+            )
+        return pv
+
+    def latest_version(self: Pool, policy: str) -> int:
+        """The highest published version of ``policy``; 0 when none was published."""
+        with self._tx() as c:
+            v = c.execute(sa.select(sa.func.max(PV.c.version)).where(PV.c.policy == policy)).scalar()
+        return int(v or 0)
+
+    def policy_versions(self: Pool, policy: str) -> list[PolicyVersion]:
+        q = sa.select(PV).where(PV.c.policy == policy).order_by(PV.c.version)
+        with self._tx() as c:
+            return [
+                PolicyVersion(
+                    policy=r["policy"],
+                    version=r["version"],
+                    adapter_path=r["adapter_path"],
+                    created_at=r["created_at"],
+                    metadata=r["meta"],
+                )
+                for r in c.execute(q).mappings()
+            ]
+
+    # ---------------------------------------------------------------- stats
+    def stats(self: Pool) -> dict[str, Any]:
+        """Counts of steps and episodes by status, source, task and policy; token storage."""
+        t = now()
+
+        def by(c: sa.Connection, col: sa.ColumnElement, frm: Any) -> dict[str, int]:
+            q = sa.select(col, sa.func.count()).select_from(frm).group_by(col)
+            return {str(k): int(n) for k, n in c.execute(q)}
+
+        with self._tx() as c:
+            n_steps = c.execute(sa.select(sa.func.count()).select_from(S)).scalar_one()
+            logical = c.execute(sa.select(sa.func.coalesce(sa.func.sum(S.c.length), 0))).scalar_one()
+            tail_bytes = c.execute(sa.select(sa.func.coalesce(sa.func.sum(sa.func.length(S.c.tail)), 0))).scalar_one()
+            n_blocks, block_bytes = c.execute(
+                sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(sa.func.length(B.c.tokens)), 0))
+            ).one()
+            status = sa.case((REWARD_FINAL, "final"), else_="pending")
+            consumed = c.execute(
+                sa.select(sa.func.count()).select_from(S).where(S.c.consumed_version.is_not(None))
+            ).scalar_one()
+            leased = c.execute(
+                sa.select(sa.func.count())
+                .select_from(S)
+                .where(S.c.consumed_version.is_(None), S.c.lease_id.is_not(None), S.c.lease_expires_at > t)
+            ).scalar_one()
+            mean_reward = c.execute(sa.select(sa.func.avg(REWARD)).select_from(JOIN).where(REWARD_FINAL)).scalar()
+            stored = (int(block_bytes) + int(tail_bytes)) // 4
+            return {
+                "steps": {
+                    "total": int(n_steps),
+                    "by_source": by(c, S.c.source, S),
+                    "by_task": by(c, S.c.task, S),
+                    "by_policy": by(c, S.c.policy, S),
+                    "by_policy_version": by(c, S.c.policy + ":" + sa.cast(S.c.policy_version, sa.String), S),
+                    "by_reward_status": by(c, status, JOIN),
+                    "by_episode_status": by(c, E.c.status, JOIN),
+                    "consumed": int(consumed),
+                    "leased": int(leased),
+                    "mean_final_reward": None if mean_reward is None else float(mean_reward),
+                },
+                "episodes": {
+                    "total": int(c.execute(sa.select(sa.func.count()).select_from(E)).scalar_one()),
+                    "by_status": by(c, E.c.status, E),
+                    "by_task": by(c, E.c.task, E),
+                    "by_type": by(c, E.c.type, E),
+                },
+                "tokens": {
+                    "logical": int(logical),
+                    "stored": stored,
+                    "blocks": int(n_blocks),
+                    "dedupe_ratio": (int(logical) / stored) if stored else None,
+                },
+                "leases": {
+                    "active": int(
+                        c.execute(
+                            sa.select(sa.func.count())
+                            .select_from(LS)
+                            .where(LS.c.state == "active", LS.c.expires_at > t)
+                        ).scalar_one()
+                    )
+                },
+            }
