@@ -14,7 +14,6 @@ Runs in the backend's worker thread; knows nothing of asyncio, queues or adapter
 from __future__ import annotations
 
 import inspect
-
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any

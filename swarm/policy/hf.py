@@ -34,13 +34,13 @@ import torch
 from swarm.errors import BackendError, ConflictError, ContextLengthError, NotFoundError, ValidationError
 from swarm.policy._decode import Row, decode_batch
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta
+from swarm.policy.lora import DEFAULT_LORA, attach_adapters, get_adapter_state, load_adapter_state, load_base_state
 from swarm.policy.tiny import load_template
 from swarm.policy.toolcalls import parse_tool_calls
 
 __all__ = ["HFBackend", "DEFAULT_LORA"]
 
 log = logging.getLogger(__name__)
-DEFAULT_LORA: dict[str, Any] = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": "all-linear", "seed": 0}
 _DONE = object()
 
 
@@ -113,7 +113,7 @@ class HFBackend:
             kwargs["attn_implementation"] = attn_implementation
         base = AutoModelForCausalLM.from_pretrained(self.model_path, **kwargs).to(self.device).eval()
         self.base_model = base
-        self.model = self._attach_adapters(base, configs)
+        self.model = attach_adapters(base, {self._adapter[p]: c for p, c in configs.items() if c is not None})
         self.model.eval()
         self.model.requires_grad_(False)
 
@@ -133,31 +133,6 @@ class HFBackend:
         self.stats = {"batches": 0, "rows": 0, "tokens": 0}  # cumulative, for monitoring and tests
 
     # ----------------------------------------------------------------------------- setup
-    def _attach_adapters(self, base: Any, configs: dict[str, dict[str, Any] | None]) -> Any:
-        adapters = {p: c for p, c in configs.items() if c is not None}
-        if not adapters:
-            return base
-        from peft import LoraConfig, get_peft_model
-
-        model = None
-        for policy, c in adapters.items():
-            name = self._adapter[policy]
-            lc = LoraConfig(
-                r=int(c["r"]),
-                lora_alpha=float(c["alpha"]),
-                lora_dropout=float(c["dropout"]),
-                target_modules=c["target_modules"],
-                bias="none",
-                task_type="CAUSAL_LM",
-            )
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(int(c.get("seed", 0)))
-                if model is None:
-                    model = get_peft_model(base, lc, adapter_name=name)
-                else:
-                    model.add_adapter(name, lc)
-        return model
-
     def _pad_id(self) -> int:
         tok = self.tokenizer
         for cand in (tok.pad_token_id, getattr(self.base_model.config, "pad_token_id", None), tok.eos_token_id, 0):
@@ -194,7 +169,11 @@ class HFBackend:
         return self._lora_cfg[policy] is not None
 
     def render_chat(
-        self, policy: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
+        self,
+        policy: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
     ) -> str:
         self._check_policy(policy)
         try:
@@ -312,33 +291,19 @@ class HFBackend:
 
     def adapter_state(self, policy: str) -> dict[str, torch.Tensor]:
         """A copy of ``policy``'s current adapter weights (peft's state dict keys)."""
-        from peft import get_peft_model_state_dict
-
         if not self.has_adapter(policy):
             raise ValidationError(f"policy {policy!r} has no LoRA adapter", policy=policy)
         with self._lock:
-            state = get_peft_model_state_dict(self.model, adapter_name=self._adapter[policy])
-            return {k: v.detach().clone() for k, v in state.items()}
+            return get_adapter_state(self.model, self._adapter[policy])
 
     def _apply_state(self, policy: str, state: dict[str, Any]) -> None:
-        if self._lora_cfg[policy] is not None:
-            from peft import set_peft_model_state_dict
-
-            res = set_peft_model_state_dict(self.model, state, adapter_name=self._adapter[policy])
-            bad = [k for k in getattr(res, "unexpected_keys", []) if "lora_" in k]
-            if bad:
-                raise ValidationError(f"adapter_state: unexpected keys {bad[:3]}", policy=policy)
-            return
-        own = self.base_model.state_dict()
-        mapped = {}
-        for k, v in state.items():
-            cands = [k, k.removeprefix("base_model.model.")]
-            cands += [c.rsplit(".", 1)[0] + ".base_layer." + c.rsplit(".", 1)[1] for c in list(cands) if "." in c]
-            hit = next((c for c in cands if c in own), None)
-            if hit is None:
-                raise ValidationError(f"adapter_state: unknown weight {k!r}", policy=policy)
-            mapped[hit] = v
-        self.base_model.load_state_dict(mapped, strict=False)
+        try:
+            if self._lora_cfg[policy] is not None:
+                load_adapter_state(self.model, self._adapter[policy], state)
+            else:
+                load_base_state(self.base_model, state)
+        except ValidationError as e:
+            raise ValidationError(e.message, policy=policy) from e
 
     # ----------------------------------------------------------------------------- worker
     def _ensure_worker(self) -> None:

@@ -207,7 +207,7 @@ def synthetic_corpus(lines: int = 4000) -> Iterator[str]:
         elif kind == 1:
             yield f"{number()} {rng.choice('+-*/=')} {number()} = {number()}"
         elif kind == 2:
-            obj = {rng.choice(_ARGS): rng.choice([words(2), int(number().split('.')[0]), True, None])}
+            obj = {rng.choice(_ARGS): rng.choice([words(2), int(number().split(".")[0]), True, None])}
             yield json.dumps({"name": rng.choice(_TOOLS), "arguments": obj})
         elif kind == 3:
             args = json.dumps({rng.choice(_ARGS): words(rng.randint(1, 3))})

@@ -204,3 +204,18 @@ def test_generation_in_flight_keeps_its_version(lora_backend):
     final = [i for i in rest if isinstance(i, Generation)][0]
     assert isinstance(first, TokenDelta)
     assert final.policy_version == 0 and later[0].policy_version == 7 and b.version("a") == 7
+
+
+def test_base_policy_takes_a_plain_state_dict(lora_backend):
+    b = lora_backend
+    greedy = dict(max_tokens=6, temperature=0.0)
+    before = run(b.generate(req("base", **greedy)))[0]
+    w = b.base_model.get_submodule("model.layers.0.self_attn.q_proj").base_layer.weight
+    b.load_weights("base", {"model.layers.0.self_attn.q_proj.weight": w * 3.0}, version=1)
+    after = run(b.generate(req("base", **greedy)))[0]
+    assert b.version("base") == 1 and after.policy_version == 1
+    assert after.logprobs[0] != pytest.approx(before.logprobs[0], abs=1e-4)
+    with pytest.raises(ValidationError):
+        b.load_weights("base", {"no.such.weight": w}, version=2)
+    with pytest.raises(ValidationError):
+        b.load_weights("a", {"base_model.model.bogus.lora_A.weight": torch.zeros(1)}, version=2)

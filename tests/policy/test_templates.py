@@ -33,7 +33,11 @@ ODD = [
     },
     {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "sunny"},
     {"role": "tool", "tool_call_id": "c2", "content": None},
-    {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Rome"}}}]},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Rome"}}}],
+    },
     {"role": "tool", "tool_call_id": "c3", "content": [{"type": "text", "text": "rain"}]},
     {"role": "assistant", "content": "Sunny in Paris."},
 ]

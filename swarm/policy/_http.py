@@ -1,0 +1,93 @@
+"""HTTP helpers shared by the ``upstream`` and ``vllm`` clients: errors, SSE, token-id parsing.
+
+Maps transport failures and non-2xx answers to :class:`~swarm.errors.BackendError` (a context
+overflow reported by the server to :class:`~swarm.errors.ContextLengthError`), reads
+``text/event-stream`` bodies, and reads vLLM's ``token_id:<n>`` token strings. No retries here:
+a failed generation is reported, not repeated behind the caller's back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from swarm.errors import BackendError, ContextLengthError
+
+__all__ = ["raise_for_status", "sse_events", "token_id", "post_json", "backend_error"]
+
+_CONTEXT_HINTS = ("context length", "maximum context", "context_length", "too long", "max_model_len")
+
+
+def _message(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:500]
+    err = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(err, dict):
+        return str(err.get("message") or err.get("detail") or err)[:500]
+    return str(err)[:500]
+
+
+def raise_for_status(resp: httpx.Response, **context: Any) -> None:
+    """Raise a swarm error for a non-2xx response (after the body was read)."""
+    if resp.is_success:
+        return
+    msg = _message(resp)
+    if resp.status_code == 400 and any(h in msg.lower() for h in _CONTEXT_HINTS):
+        raise ContextLengthError(f"upstream: {msg}", **context)
+    raise BackendError(f"upstream answered {resp.status_code}: {msg}", status=resp.status_code, **context)
+
+
+def backend_error(e: httpx.HTTPError, url: str) -> BackendError:
+    return BackendError(f"upstream request failed: {type(e).__name__}: {e}", url=url)
+
+
+async def post_json(client: httpx.AsyncClient, path: str, body: dict[str, Any], **context: Any) -> dict[str, Any]:
+    """POST JSON, return the decoded JSON answer; every failure is a swarm error."""
+    try:
+        resp = await client.post(path, json=body)
+    except httpx.HTTPError as e:
+        raise backend_error(e, str(client.base_url) + path) from e
+    raise_for_status(resp, **context)
+    try:
+        return resp.json()
+    except ValueError as e:
+        raise BackendError(f"upstream returned invalid JSON: {resp.text[:200]}", **context) from e
+
+
+async def sse_events(client: httpx.AsyncClient, path: str, body: dict[str, Any], **context: Any) -> AsyncIterator[dict]:
+    """POST with ``stream: true`` and yield each ``data:`` JSON event until ``[DONE]``."""
+    try:
+        async with client.stream("POST", path, json=body) as resp:
+            if not resp.is_success:
+                await resp.aread()
+                raise_for_status(resp, **context)
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    return
+                try:
+                    event = json.loads(data)
+                except ValueError as e:
+                    raise BackendError(f"upstream sent an invalid event: {data[:200]}", **context) from e
+                if isinstance(event, dict) and "error" in event and "choices" not in event:
+                    raise BackendError(f"upstream stream error: {event['error']}", **context)
+                yield event
+    except httpx.HTTPError as e:
+        raise backend_error(e, str(client.base_url) + path) from e
+
+
+def token_id(token: Any) -> int | None:
+    """The id in vLLM's ``token_id:<n>`` token strings (``return_tokens_as_token_ids``), else None."""
+    if isinstance(token, str) and token.startswith("token_id:"):
+        try:
+            return int(token[9:])
+        except ValueError:
+            return None
+    return None

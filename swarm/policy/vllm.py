@@ -1,0 +1,341 @@
+"""The ``vllm`` backend: a ``vllm serve`` process (own venv, GPU machine) reached over HTTP.
+
+Chats are rendered and tokenized here with the model's Hugging Face tokenizer; the exact prompt
+ids go to ``/v1/completions`` with ``logprobs``, ``return_tokens_as_token_ids`` and
+``return_token_ids``, so the response ids and logprobs are the server's own, never re-tokenized
+text. Start the server with ``--logprobs-mode processed_logprobs`` (logprobs after temperature /
+top-p, i.e. of the distribution sampled from) and ``--generation-config vllm`` (no hidden
+sampling defaults from the checkpoint); see docs/policy.md.
+
+LoRA: ``load_weights`` writes the adapter to ``adapter_dir/<policy>-v<version>`` and loads it with
+``POST /v1/load_lora_adapter`` under that new name (vLLM does not replace weights when a name is
+reloaded), checks ``/v1/models`` lists it, switches the policy to it, and unloads the previous
+adapter once no request uses it. Every response's ``model`` is checked against the adapter
+requested, so a stale adapter is never recorded as the new version.
+
+Not here: starting or supervising the server, full-weight updates (LoRA only), multi-server
+routing. The server must be able to read ``adapter_dir`` (same machine or shared filesystem).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from swarm.errors import BackendError, ConflictError, ContextLengthError, NotFoundError, ValidationError
+from swarm.policy._http import backend_error, post_json, raise_for_status, sse_events, token_id
+from swarm.policy.base import GenerateRequest, Generation, TokenDelta
+from swarm.policy.toolcalls import parse_tool_calls
+
+__all__ = ["VLLMBackend"]
+
+DEFAULT_LORA = {"r": 8, "alpha": 16, "target_modules": "all-linear"}
+
+
+def _choice_tokens(ch: dict[str, Any]) -> tuple[list[int], list[float] | None]:
+    lp = ch.get("logprobs") or {}
+    lps = [float(x) for x in (lp.get("token_logprobs") or [])] or None
+    ids = ch.get("token_ids")
+    if ids is None:
+        parsed = [token_id(t) for t in lp.get("tokens") or []]
+        if any(i is None for i in parsed):
+            raise BackendError("vllm returned tokens without ids (is return_tokens_as_token_ids supported?)")
+        ids = parsed
+    return list(ids), lps
+
+
+class VLLMBackend:
+    """Client of a ``vllm serve`` server implementing :class:`~swarm.policy.base.PolicyBackend`.
+
+    ``model``: the served base model name (as in ``vllm serve <model>``). ``policies``: names
+    (list) or ``name -> LoRA config | None`` (dict; the config is written as adapter_config.json,
+    keys ``r``, ``alpha``, ``target_modules``). ``tokenizer_path``: local HF tokenizer (default
+    ``model``). ``adapter_dir``: where adapters are written for the server to read.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        policies: list[str] | dict[str, dict[str, Any] | None] = ("default",),
+        tokenizer_path: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        api_key: str | None = None,
+        adapter_dir: str | None = None,
+        lora: dict[str, Any] | None = None,
+        max_context: int | None = None,
+        chat_template: str | None = None,
+        timeout_s: float = 600.0,
+    ) -> None:
+        from transformers import AutoTokenizer
+
+        if isinstance(policies, str):
+            policies = [policies]
+        if isinstance(policies, dict):
+            self._lora = {
+                p: (None if c is None else {**DEFAULT_LORA, **(lora or {}), **c}) for p, c in policies.items()
+            }
+        else:
+            self._lora = {p: {**DEFAULT_LORA, **(lora or {})} for p in policies}
+        url = base_url.rstrip("/")
+        self.base_url = url if url.endswith("/v1") else url + "/v1"
+        self.model_name = model
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        timeout = httpx.Timeout(timeout_s)
+        self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport, timeout=timeout)
+        sync_transport = transport if isinstance(transport, httpx.BaseTransport) else None
+        self._sync = httpx.Client(base_url=self.base_url, headers=headers, transport=sync_transport, timeout=timeout)
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or model)
+        if chat_template is not None:
+            from swarm.policy.tiny import load_template
+
+            self.tokenizer.chat_template = chat_template if "{" in chat_template else load_template(chat_template)
+        self.adapter_dir = Path(adapter_dir) if adapter_dir else Path.cwd() / ".cache" / "vllm-adapters"
+        self._max_context = max_context
+        self._served = dict.fromkeys(self._lora, model)  # policy -> name to put in "model"
+        self._versions = dict.fromkeys(self._lora, 0)
+        self._inflight: dict[str, int] = {}
+        self._retired: set[str] = set()  # adapters to unload when their last request ends
+        self._lock = threading.Lock()
+
+    # ----------------------------------------------------------------------------- info
+    def _check(self, policy: str) -> None:
+        if policy not in self._versions:
+            raise NotFoundError(f"unknown policy {policy!r}; served: {sorted(self._versions)}", policy=policy)
+
+    def policies(self) -> list[str]:
+        return list(self._versions)
+
+    def version(self, policy: str) -> int:
+        self._check(policy)
+        return self._versions[policy]
+
+    def served_model(self, policy: str) -> str:
+        """The model / adapter name requests for ``policy`` use now."""
+        self._check(policy)
+        return self._served[policy]
+
+    def max_context(self, policy: str) -> int:
+        self._check(policy)
+        if self._max_context is None:
+            cards = self.models()
+            base = next((c for c in cards if c.get("id") == self.model_name), {})
+            tok_max = getattr(self.tokenizer, "model_max_length", 0) or 0
+            self._max_context = int(base.get("max_model_len") or (tok_max if tok_max < 10**8 else 4096))
+        return self._max_context
+
+    def models(self) -> list[dict[str, Any]]:
+        """``GET /v1/models``: the base model and every loaded adapter."""
+        try:
+            resp = self._sync.get("/models")
+        except httpx.HTTPError as e:
+            raise backend_error(e, self.base_url + "/models") from e
+        raise_for_status(resp)
+        return list(resp.json().get("data") or [])
+
+    def render_chat(
+        self,
+        policy: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+    ) -> str:
+        self._check(policy)
+        try:
+            return self.tokenizer.apply_chat_template(
+                messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
+            )
+        except Exception as e:  # jinja raises many types; a bad message list is the caller's error
+            raise ValidationError(f"messages: the chat template failed: {e}", policy=policy) from e
+
+    def encode(self, policy: str, text: str) -> list[int]:
+        self._check(policy)
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, policy: str, ids: list[int]) -> str:
+        self._check(policy)
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    # ----------------------------------------------------------------------------- generation
+    def _prepare(self, request: GenerateRequest, stream: bool) -> tuple[list[int], dict[str, Any]]:
+        self._check(request.policy)
+        s = request.sampling
+        if request.prompt_ids is not None:
+            ids = [int(i) for i in request.prompt_ids]
+        elif request.messages is not None:
+            ids = self.encode(request.policy, self.render_chat(request.policy, request.messages, request.tools, True))
+        else:
+            raise ValidationError("request needs messages or prompt_ids", policy=request.policy)
+        if not ids:
+            raise ValidationError("prompt_ids: the prompt is empty", policy=request.policy)
+        if len(ids) + s.max_tokens > self.max_context(request.policy):
+            raise ContextLengthError(
+                f"prompt ({len(ids)} tokens) + max_tokens ({s.max_tokens}) exceeds the context of "
+                f"{self.max_context(request.policy)} tokens",
+                policy=request.policy,
+            )
+        body: dict[str, Any] = {
+            "prompt": ids,
+            "max_tokens": s.max_tokens,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "top_k": -1,  # no hidden top-k: the recorded logprobs must describe the whole sampler
+            "n": s.n,
+            "logprobs": 1,
+            "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
+            "skip_special_tokens": False,
+            "spaces_between_special_tokens": False,
+        }
+        if s.stop:
+            body["stop"] = list(s.stop)
+        if s.seed is not None:
+            body["seed"] = s.seed
+        if stream:
+            body["stream"] = True
+        return ids, body
+
+    def _acquire(self, policy: str) -> tuple[str, int]:
+        with self._lock:
+            name, version = self._served[policy], self._versions[policy]
+            self._inflight[name] = self._inflight.get(name, 0) + 1
+            return name, version
+
+    async def _release(self, name: str) -> None:
+        with self._lock:
+            self._inflight[name] -= 1
+            unload = name in self._retired and self._inflight[name] == 0
+            if unload:
+                self._retired.discard(name)
+        if unload:
+            try:
+                await post_json(self._client, "/unload_lora_adapter", {"lora_name": name})
+            except BackendError:
+                pass  # unloading is housekeeping; the adapter is no longer requested either way
+
+    def _check_served(self, data: dict[str, Any], name: str, policy: str) -> None:
+        got = data.get("model")
+        if got is not None and got != name:
+            raise ConflictError(f"vllm served {got!r} instead of {name!r}", policy=policy)
+
+    def _generation(
+        self, prompt_ids: list[int], ids: list[int], lps: Any, text: str, finish: Any, v: int
+    ) -> Generation:
+        if lps is not None and len(lps) != len(ids):
+            raise BackendError(f"vllm returned {len(ids)} token ids but {len(lps)} logprobs")
+        return Generation(
+            prompt_ids=list(prompt_ids),
+            response_ids=ids,
+            logprobs=lps,
+            text=text,
+            tool_calls=parse_tool_calls(text),
+            finish_reason=finish or "stop",
+            policy_version=v,
+        )
+
+    async def generate(self, request: GenerateRequest) -> list[Generation]:
+        prompt_ids, body = self._prepare(request, stream=False)
+        name, version = self._acquire(request.policy)
+        try:
+            data = await post_json(self._client, "/completions", {"model": name, **body}, policy=request.policy)
+            self._check_served(data, name, request.policy)
+            gens = []
+            for ch in sorted(data.get("choices") or [], key=lambda c: c.get("index", 0)):
+                ids, lps = _choice_tokens(ch)
+                gens.append(
+                    self._generation(prompt_ids, ids, lps, ch.get("text") or "", ch.get("finish_reason"), version)
+                )
+            if len(gens) != request.sampling.n:
+                raise BackendError(f"vllm returned {len(gens)} choices, expected {request.sampling.n}")
+            return gens
+        finally:
+            await self._release(name)
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[TokenDelta | Generation]:
+        prompt_ids, body = self._prepare(request, stream=True)
+        name, version = self._acquire(request.policy)
+        acc: dict[int, dict[str, Any]] = {}
+        try:
+            async for event in sse_events(self._client, "/completions", {"model": name, **body}, policy=request.policy):
+                self._check_served(event, name, request.policy)
+                for ch in event.get("choices") or []:
+                    i = int(ch.get("index", 0))
+                    a = acc.setdefault(i, {"text": "", "ids": [], "lps": [], "finish": None})
+                    ids, lps = _choice_tokens(ch)
+                    text = ch.get("text") or ""
+                    a["text"] += text
+                    a["ids"] += ids
+                    a["lps"] += lps or []
+                    a["finish"] = ch.get("finish_reason") or a["finish"]
+                    if ids or text:
+                        yield TokenDelta(index=i, token_ids=ids, logprobs=lps, text=text)
+            for i in sorted(acc):
+                a = acc[i]
+                yield self._generation(prompt_ids, a["ids"], a["lps"], a["text"], a["finish"], version)
+        finally:
+            await self._release(name)
+
+    # ----------------------------------------------------------------------------- weights
+    def load_weights(self, policy: str, adapter_state: dict[str, Any], version: int) -> None:
+        """Write the adapter, load it under ``<policy>-v<version>``, verify, switch, retire the old one."""
+        self._check(policy)
+        cfg = self._lora[policy]
+        if cfg is None:
+            raise BackendError("the vllm backend updates LoRA adapters only; this policy has none", policy=policy)
+        if version <= self._versions[policy]:
+            raise ConflictError(f"version {version} is not newer than {self._versions[policy]}", policy=policy)
+        name = f"{policy}-v{version}"
+        path = self.adapter_dir / name
+        self._write_adapter(path, adapter_state, cfg)
+        try:
+            resp = self._sync.post("/load_lora_adapter", json={"lora_name": name, "lora_path": str(path.resolve())})
+        except httpx.HTTPError as e:
+            raise backend_error(e, self.base_url + "/load_lora_adapter") from e
+        raise_for_status(resp, policy=policy)
+        if name not in {c.get("id") for c in self.models()}:
+            raise BackendError(f"vllm does not list adapter {name!r} after loading it", policy=policy)
+        with self._lock:
+            old = self._served[policy]
+            self._served[policy], self._versions[policy] = name, int(version)
+            retire_now = old != self.model_name and self._inflight.get(old, 0) == 0
+            if old != self.model_name and not retire_now:
+                self._retired.add(old)
+        if retire_now:
+            try:
+                raise_for_status(self._sync.post("/unload_lora_adapter", json={"lora_name": old}))
+            except (httpx.HTTPError, BackendError):
+                pass  # housekeeping only: the old name is no longer requested
+
+    def _write_adapter(self, path: Path, state: dict[str, Any], cfg: dict[str, Any]) -> None:
+        from safetensors.torch import save_file
+
+        path.mkdir(parents=True, exist_ok=True)
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
+        if not any(".lora_A." in k for k in tensors):
+            raise ValidationError("adapter_state: no lora_A weights (expected a peft LoRA state dict)")
+        # what peft itself writes: the concrete module names and the rank found in the weights
+        modules = sorted({k.split(".lora_")[0].rsplit(".", 1)[-1] for k in tensors if ".lora_" in k})
+        rank = next(v.shape[0] for k, v in tensors.items() if ".lora_A." in k)
+        save_file(tensors, str(path / "adapter_model.safetensors"))
+        config = {
+            "peft_type": "LORA",
+            "task_type": "CAUSAL_LM",
+            "base_model_name_or_path": self.model_name,
+            "r": int(rank),
+            "lora_alpha": float(cfg["alpha"]),
+            "lora_dropout": 0.0,
+            "target_modules": modules,
+            "bias": "none",
+            "fan_in_fan_out": False,
+            "inference_mode": True,
+        }
+        (path / "adapter_config.json").write_text(json.dumps(config, indent=1))
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+        self._sync.close()
