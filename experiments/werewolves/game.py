@@ -36,7 +36,7 @@ __all__ = ["WEREWOLF", "VILLAGER", "SEER", "WITCH", "HUNTER", "SETUP", "MAX_ROUN
 WEREWOLF, VILLAGER, SEER, WITCH, HUNTER = "werewolf", "villager", "seer", "witch", "hunter"
 SETUP = (WEREWOLF,) * 3 + (VILLAGER,) * 3 + (SEER, WITCH, HUNTER)
 MAX_ROUNDS = 7
-MAX_SAY = 200
+MAX_SAY = 120  # characters; speeches are read by every LLM seat, contexts are small
 
 # decision kind -> (legal action names, the action that needs no target when used as fallback)
 _KINDS = {

@@ -116,7 +116,7 @@ class HeuristicPlayer:
         claimants = [c for c in seer_claims(d.events) if c in d.targets]
         proposals = [t for t in d.info.get("proposals", []) if t in d.targets]
         target = claimants[0] if claimants else proposals[0] if proposals else self._pick(d.targets)
-        return Action("kill", target, f"Let's take player {target}.")
+        return Action("kill", target)
 
     def _witch(self, d: Decision) -> Action:
         if "save" in d.actions and d.info.get("victim") is not None:

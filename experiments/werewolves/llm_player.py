@@ -49,22 +49,24 @@ def system_prompt(player: int, role: str, wolves: list[int]) -> str:
             'Reply with one JSON object only, like {"action": "vote", "target": 3, "say": "short text"}.')
 
 
+_SAYS = {"wolf_kill", "speak", "last_words"}  # decisions whose "say" someone reads
+
+
 def _example(d: Decision) -> str:
     a = d.actions[0]
-    if a in ("kill", "check", "shoot", "vote", "poison") and d.targets:
-        return f'{{"action": "{a}", "target": {d.targets[0]}, "say": "..."}}'
-    return f'{{"action": "{a}", "say": "..."}}'
+    target = f', "target": {d.targets[0]}' if a in ("kill", "check", "shoot", "vote", "poison") and d.targets else ""
+    say = ', "say": "..."' if d.kind in _SAYS else ""
+    return f'{{"action": "{a}"{target}{say}}}'
 
 
 def render_decision(d: Decision) -> str:
-    """The user message for one decision: new events, then the question."""
+    """The user message for one decision: new events, then the question (kept short: small contexts)."""
     lines = [e.text for e in d.new_events]
-    lines.append(f"Round {d.round}. Alive: {', '.join(map(str, d.alive))}.")
     if d.kind == "witch":
         lines.append(f"Tonight's victim: player {d.info.get('victim')}.")
-    lines.append(f"{_ASK[d.kind]} Actions: {', '.join(d.actions)}."
-                 + (f" Targets: {', '.join(map(str, d.targets))}." if d.targets else ""))
-    lines.append(f"JSON, e.g. {_example(d)}")
+    lines.append(f"Round {d.round}, alive: {','.join(map(str, d.alive))}. {_ASK[d.kind]} "
+                 f"Actions: {', '.join(d.actions)}." + (f" Targets: {','.join(map(str, d.targets))}." if d.targets else "")
+                 + f" Reply e.g. {_example(d)}")
     return "\n".join(lines)
 
 
