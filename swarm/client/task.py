@@ -6,11 +6,13 @@ A task package is a module ``experiments.<name>`` (or any importable module path
 - ``run_episode(instance: dict, llm: AgentLLM) -> dict``: the agent workflow; it talks to the
   policy only through ``llm`` (an OpenAI base_url + api key) and returns reward parts, at least
   ``{"reward": float}``;
-- or, for multi-agent tasks, ``run_multiagent(instance, client, group_id, cfg) -> dict``: one
+- optionally ``configure(**options)``: called once per worker process with the task options;
+- or, for multi-agent tasks, ``run_multiagent(instance, client, group_id, cfg, kind) -> dict``: one
   game that opens its own episodes (one per LLM player) through ``client``
   (:class:`swarm.client.sdk.SwarmClient`), ends them with their rewards, and returns the
   trainable side's reward parts. ``cfg`` is the :class:`swarm.client.worker.WorkerConfig`
-  (``cfg.options`` holds task options such as a role -> policy map).
+  (``cfg.options`` holds task options such as a role -> policy map); ``kind`` is the episode
+  type ("train" or "eval") of the trainable seats.
 
 An instance may carry a ``"task"`` key naming the task its episodes are recorded under (a
 mixture task such as ``cocktail`` uses it so per-task metrics stay separate).

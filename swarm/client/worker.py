@@ -73,6 +73,9 @@ def run_worker(cfg: WorkerConfig, stop: threading.Event | None = None) -> dict[s
     """Run episodes with ``cfg.workers`` threads until ``stop`` is set or ``max_groups`` are done."""
     stop = stop or threading.Event()
     task = load_task(cfg.task)
+    configure = getattr(task.module, "configure", None)
+    if callable(configure) and cfg.options:
+        configure(**cfg.options)  # e.g. cocktail's mixing ratios
     slots = _slots(cfg, stop)
     lock = threading.Lock()
     stats: dict[str, Any] = {"episodes": 0, "failed": 0, "reward_sum": 0.0}
@@ -90,7 +93,7 @@ def run_worker(cfg: WorkerConfig, stop: threading.Event | None = None) -> dict[s
                 seed, group_id, kind = slot
                 try:
                     if task.run_multiagent is not None:
-                        parts = task.run_multiagent(task.make_instance(seed), client, group_id, cfg)
+                        parts = task.run_multiagent(task.make_instance(seed), client, group_id, cfg, kind=kind)
                     else:
                         parts = run_one_episode(client, task, cfg, seed, group_id, kind)
                 except ClientError as exc:
