@@ -26,6 +26,8 @@ class StepFilter(BaseModel):
     source: Source | None = None
     episode_id: str | None = None
     group_id: str | None = None
+    # exactly these groups (a group is a group_id, or the step_id of an ungrouped step)
+    group_ids: list[str] | None = None
     episode_type: EpisodeType | None = None
     reward_status: RewardStatus | None = None
     episode_status: EpisodeStatus | None = None

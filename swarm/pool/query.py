@@ -88,6 +88,8 @@ def step_conditions(f: StepFilter, dialect: str, groups: bool = True) -> list[sa
         c.append(S.c.episode_id == f.episode_id)
     if f.group_id is not None:
         c.append(S.c.group_id == f.group_id)
+    if f.group_ids is not None:
+        c.append(group_key().in_(f.group_ids))
     if f.episode_type is not None:
         c.append(E.c.type == f.episode_type.value)
     if f.reward_status is not None:
