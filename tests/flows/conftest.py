@@ -1,0 +1,37 @@
+"""Flow-test fixtures: one Prefect test harness per session, config composition with tmp dirs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+@pytest.fixture(scope="session")
+def prefect_harness() -> Iterator[None]:
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture
+def flow_config(tmp_path: Path) -> Callable[..., dict[str, Any]]:
+    """Compose conf/train.yaml with overrides into a resolved dict writing only under tmp_path."""
+
+    def make(*overrides: str) -> dict[str, Any]:
+        base = [f"train.out_dir={tmp_path / 'run'}", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlruns.db'}",
+                "mlflow.sample_trajectories=2"]
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+            cfg = compose(config_name="train", overrides=base + list(overrides))
+        out = OmegaConf.to_container(cfg, resolve=True)
+        assert isinstance(out, dict)
+        return out
+
+    return make
