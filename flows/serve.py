@@ -38,7 +38,10 @@ def serve(cfg: DictConfig) -> None:
     pool = make_pool(c["pool"])
     backend = make_backend(c["model"], list(c.get("policies") or ["default"]), None)
     app = create_app(pool, backend, gateway_settings(gw))
-    sock = socket.socket(socket.AF_INET6 if ":" in gw["host"] else socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and without
+    # it every response waits ~40 ms for a delayed ACK (Nagle)
+    family = socket.AF_INET6 if ":" in gw["host"] else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((gw["host"], int(gw["port"])))
     host, port = sock.getsockname()[:2]

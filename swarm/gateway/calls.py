@@ -11,6 +11,7 @@ It does not format responses (:mod:`swarm.gateway.openai_format`) or stream (:mo
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,9 +24,24 @@ from swarm.gateway.prefix import PreviousCall, PromptPlan, normalize_messages, p
 from swarm.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from swarm.gateway.state import GatewayState
 from swarm.policy.base import GenerateRequest, Generation, SamplingParams
+from swarm.policy.toolcalls import TOOL_CALL_OPEN, split_tool_calls
 from swarm.records import Episode, Source, Step, new_id
 
-__all__ = ["CallPlan", "prepare_chat", "prepare_completion", "generate", "store"]
+__all__ = ["CallPlan", "prepare_chat", "prepare_completion", "generate", "store", "finalize"]
+
+
+def finalize(gens: list[Generation]) -> list[Generation]:
+    """Generations whose ``text`` is the message content: parsed tool-call blocks removed.
+
+    Backends may return the full sampled text (markup included) next to the parsed calls; the
+    client sees, and the step stores, the content without the blocks (the ids keep everything).
+    """
+    out = []
+    for g in gens:
+        if g.tool_calls and TOOL_CALL_OPEN in (g.text or ""):
+            g = dataclasses.replace(g, text=split_tool_calls(g.text)[0])
+        out.append(g)
+    return out
 
 
 @dataclass
@@ -79,7 +95,7 @@ def _sampling(state: GatewayState, body: ChatCompletionRequest | CompletionReque
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p,
         stop=tuple(s for s in stop if s),
-        seed=body.seed,
+        seed=None if body.seed is None else body.seed & (2**63 - 1),  # backends seed with non-negative ints
         n=body.n,
     )
 
@@ -120,8 +136,8 @@ async def prepare_chat(state: GatewayState, caller: Caller, body: ChatCompletion
     max_tokens = _max_tokens(state, body.max_completion_tokens or body.max_tokens, param, context)
     messages = _messages(body)
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
-    episode = await state.open_episode(caller)
     t0 = time.perf_counter()
+    episode = await state.open_episode(caller)
     candidates = await _candidates(state, episode.episode_id)
     try:
         plan = await state.cpu(plan_prompt, state.backend, policy, messages, tools, candidates)
@@ -135,7 +151,7 @@ async def prepare_chat(state: GatewayState, caller: Caller, body: ChatCompletion
                               sampling=sampling)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return CallPlan("chat", episode, policy, request, plan, bool(body.logprobs), new_completion_id("chatcmpl"),
-                    now_s(), include_usage, timings={"prepare_s": time.perf_counter() - t0})
+                    now_s(), include_usage, t0=t0, timings={"prepare_s": time.perf_counter() - t0})
 
 
 async def prepare_completion(state: GatewayState, caller: Caller, body: CompletionRequest) -> CallPlan:
@@ -146,6 +162,7 @@ async def prepare_completion(state: GatewayState, caller: Caller, body: Completi
         raise ApiError(400, "echo=true is not supported", param="echo", code="unsupported_parameter")
     if body.suffix:
         raise ApiError(400, "suffix is not supported", param="suffix", code="unsupported_parameter")
+    t0 = time.perf_counter()
     prompt = body.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
         if len(prompt) != 1:
@@ -164,7 +181,8 @@ async def prepare_completion(state: GatewayState, caller: Caller, body: Completi
     request = GenerateRequest(policy=policy, prompt_ids=ids, sampling=sampling)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return CallPlan("completion", episode, policy, request, plan, body.logprobs is not None,
-                    new_completion_id("cmpl"), now_s(), include_usage)
+                    new_completion_id("cmpl"), now_s(), include_usage, t0=t0,
+                    timings={"prepare_s": time.perf_counter() - t0})
 
 
 async def generate(state: GatewayState, plan: CallPlan) -> list[Generation]:
@@ -179,7 +197,7 @@ async def generate(state: GatewayState, plan: CallPlan) -> list[Generation]:
     plan.timings["generate_s"] = time.perf_counter() - t
     if not gens:
         raise ApiError(502, "the inference backend returned no completion", type="backend_error", code="backend_error")
-    return gens
+    return finalize(gens)
 
 
 def _steps(plan: CallPlan, gens: list[Generation], base_index: int, parent: str | None) -> list[Step]:

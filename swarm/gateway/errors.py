@@ -108,6 +108,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _pyd_validation(request: Request, exc: pydantic.ValidationError) -> JSONResponse:
         return error_response(describe_validation(list(exc.errors())))
 
+    @app.exception_handler(UnicodeError)
+    async def _unicode(request: Request, exc: UnicodeError) -> JSONResponse:
+        return error_response(ApiError(400, f"text in the request is not valid unicode: {exc}", code="invalid_unicode"))
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         msg = exc.detail if isinstance(exc.detail, str) else "request failed"

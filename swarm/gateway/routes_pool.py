@@ -66,11 +66,25 @@ def _paging_params(default_tokens: bool = False) -> list[dict[str, Any]]:
     ]
 
 
+def _bounded(value: Any, path: str) -> None:
+    """Numbers the database can bind: finite floats, integers within 64 bits (nested too)."""
+    if isinstance(value, bool) or value is None:
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ApiError(400, f"{path} must be a finite number", param=path, code="invalid_value")
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        raise ApiError(400, f"{path} is out of the 64-bit integer range", param=path, code="invalid_value")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _bounded(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _bounded(v, f"{path}.{i}")
+
+
 def _finite(f: StepFilter) -> StepFilter:
-    for name in ("since", "until"):
-        v = getattr(f, name)
-        if v is not None and not math.isfinite(v):
-            raise ApiError(400, f"{name} must be a finite number", param=name, code="invalid_value")
+    for name in StepFilter.model_fields:
+        _bounded(getattr(f, name), name)
     return f
 
 
@@ -102,8 +116,9 @@ def _int(paging: dict[str, str], key: str, default: int, hi: int | None = None) 
         v = int(paging.get(key, default))
     except ValueError:
         raise ApiError(400, f"{key} must be an integer", param=key, code="invalid_value") from None
-    if v < 0 or (hi is not None and v > hi):
-        raise ApiError(400, f"{key} must be in [0, {hi if hi is not None else 'inf'}]", param=key, code="invalid_value")
+    hi = hi if hi is not None else 2**62
+    if v < 0 or v > hi:
+        raise ApiError(400, f"{key} must be in [0, {hi}]", param=key, code="invalid_value")
     return v
 
 

@@ -22,6 +22,7 @@ __all__ = [
 ]
 
 TokenId = Annotated[int, Field(ge=0, lt=2**31)]
+BigInt = 2**53  # larger integers would overflow the database's 64-bit columns (or JSON doubles)
 
 _OPEN = ConfigDict(extra="allow", allow_inf_nan=False)
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -81,7 +82,7 @@ class _Sampling(BaseModel):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     user: str | None = None
@@ -147,7 +148,7 @@ class WhiteboxStep(BaseModel):
     finish_reason: str | None = None
     reward: float | None = None
     policy: str = Field(default="default", min_length=1)
-    policy_version: int = Field(default=0, ge=0)
+    policy_version: int = Field(default=0, ge=0, le=BigInt)
     parent_step_id: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
@@ -192,14 +193,14 @@ class LeaseRequest(BaseModel):
 
     model_config = _STRICT
     filter: StepFilter = Field(default_factory=StepFilter)
-    max_steps: int | None = Field(default=None, ge=1)
-    max_groups: int | None = Field(default=None, ge=1)
+    max_steps: int | None = Field(default=None, ge=1, le=BigInt)
+    max_groups: int | None = Field(default=None, ge=1, le=BigInt)
     ttl_s: float = Field(default=60.0, gt=0, le=24 * 3600)
 
 
 class AckRequest(BaseModel):
     model_config = _STRICT
-    consumed_version: int = Field(ge=0)
+    consumed_version: int = Field(ge=0, le=BigInt)
 
 
 class LabelIn(BaseModel):

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from swarm.errors import SwarmError
-from swarm.gateway.calls import CallPlan, store
+from swarm.gateway.calls import CallPlan, finalize, store
 from swarm.gateway.errors import ApiError, error_body, from_swarm_error
 from swarm.gateway.openai_format import (
     chat_chunk,
@@ -125,6 +125,7 @@ async def chat_events(state: GatewayState, plan: CallPlan, first: Any, it: Async
                 gens.append(item)
         if len(gens) != n:
             raise ApiError(502, f"the backend finished {len(gens)} of {n} samples", type="backend_error")
+        gens = finalize(gens)
         steps = await store(state, plan, gens)
         for i, (g, s) in enumerate(zip(gens, steps, strict=True)):
             content = g.text or ""

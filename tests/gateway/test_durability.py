@@ -1,0 +1,144 @@
+"""32 concurrent clients: every acknowledged call is in the pool; kill -9 the server (flows.serve)
+under load, restart it on the same pool: every acknowledged step is still there."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from swarm.pool import Pool, StepFilter
+
+REPO = Path(__file__).resolve().parents[2]
+
+CLIENTS = 32
+
+
+async def _client(url: str, acked: list[str], stop: asyncio.Event, turns: int | None) -> dict[str, Any] | None:
+    """One agent: opens an episode and chats until ``turns`` are done or ``stop`` is set."""
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        try:
+            ep = (await http.post("/v1/episodes", json={"task": "load"})).json()
+        except httpx.HTTPError:
+            return None
+        headers = {"Authorization": f"Bearer {ep['api_key']}"}
+        msgs: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+        k = 0
+        while not stop.is_set() and (turns is None or k < turns):
+            stream = k % 2 == 1
+            try:
+                if stream:
+                    text, step_id = "", None
+                    async with http.stream("POST", "/v1/chat/completions", headers=headers, json={
+                            "model": "default", "messages": msgs, "stream": True}) as r:
+                        async for line in r.aiter_lines():
+                            if line.startswith("data: {"):
+                                chunk = httpx.Response(200, content=line[6:]).json()
+                                for c in chunk.get("choices", []):
+                                    text += c["delta"].get("content") or ""
+                                step_id = (chunk.get("swarm") or {}).get("step_id") or step_id
+                    if step_id is None:
+                        break
+                else:
+                    r = await http.post("/v1/chat/completions", headers=headers,
+                                        json={"model": "default", "messages": msgs})
+                    if r.status_code != 200:
+                        break
+                    text, step_id = r.json()["choices"][0]["message"]["content"], r.json()["swarm"]["step_id"]
+            except httpx.HTTPError:
+                break
+            acked.append(step_id)  # the server answered: this step is acknowledged
+            msgs += [{"role": "assistant", "content": text}, {"role": "user", "content": f"turn {k}"}]
+            k += 1
+        return ep
+
+
+def test_32_concurrent_clients_every_acknowledged_call_is_stored(gateway: Any) -> None:
+    acked: list[str] = []
+
+    async def run() -> list[Any]:
+        stop = asyncio.Event()
+        return await asyncio.gather(*[_client(gateway.url, acked, stop, turns=4) for _ in range(CLIENTS)])
+
+    eps = asyncio.run(run())
+    assert len(acked) == CLIENTS * 4
+    stored = {s.step_id: s for s in gateway.pool.query_steps(limit=10_000, with_tokens=True)}
+    assert set(acked) == set(stored)
+    for ep in eps:
+        steps = sorted((s for s in stored.values() if s.episode_id == ep["episode_id"]), key=lambda s: s.index)
+        assert [s.index for s in steps] == [0, 1, 2, 3]
+        assert all(s.prefix_consistent for s in steps[1:])
+
+
+def _start(db: Path, secret: str) -> tuple[subprocess.Popen, str]:
+    env = {**os.environ, "SWARM_GATEWAY_SECRET": secret, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.serve", "model=echo", "gateway.port=0", f"pool.url=sqlite:///{db}"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        m = re.search(r"http://[\d.]+:\d+", line or "")
+        if m:
+            url = m.group(0)
+            while time.monotonic() < deadline:
+                try:
+                    if httpx.get(url + "/health").status_code == 200:
+                        return proc, url
+                except httpx.HTTPError:
+                    time.sleep(0.05)
+        if proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError(f"flows.serve did not start: {proc.stdout.read() if proc.stdout else ''}")
+
+
+def test_kill_9_under_load_loses_no_acknowledged_step(tmp_path: Path) -> None:
+    db = tmp_path / "pool.db"
+    secret = "durability-test-secret-0123"
+    proc, url = _start(db, secret)
+    acked: list[str] = []
+
+    async def load() -> list[Any]:
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(_client(url, acked, stop, turns=None)) for _ in range(CLIENTS)]
+        while len(acked) < 150:
+            await asyncio.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)  # mid-flight: some calls are generating or storing right now
+        results = await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
+        stop.set()
+        return results
+
+    try:
+        eps = asyncio.run(load())
+    finally:
+        proc.kill()
+        proc.wait()
+    assert len(acked) >= 150
+    proc2, url2 = _start(db, secret)
+    try:
+        pool = Pool(f"sqlite:///{db}")
+        stored = {s.step_id for s in pool.query_steps(limit=100_000)}
+        missing = set(acked) - stored
+        assert not missing, f"{len(missing)} acknowledged steps lost"
+        # the restarted gateway serves them, and (same secret) an old episode key continues its episode
+        assert httpx.get(f"{url2}/v1/pool/steps/{acked[-1]}").status_code == 200
+        ep = next(e for e in eps if e is not None)
+        before = pool.count_steps(StepFilter(episode_id=ep["episode_id"]))
+        r = httpx.post(f"{url2}/v1/chat/completions", headers={"Authorization": f"Bearer {ep['api_key']}"},
+                       json={"model": "default", "messages": [{"role": "user", "content": "after restart"}]})
+        assert r.status_code == 200, r.text
+        assert pool.count_steps(StepFilter(episode_id=ep["episode_id"])) == before + 1
+        pool.close()
+    finally:
+        proc2.terminate()
+        proc2.wait(timeout=20)
