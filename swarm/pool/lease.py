@@ -16,6 +16,7 @@ Errors: ValidationError (bad arguments), LeaseError (unknown, expired, released 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from swarm.errors import ConflictError, LeaseError, ValidationError
 from swarm.pool.engine import claim_lock
 from swarm.pool.filter import StepFilter
-from swarm.pool.query import JOIN, step_conditions
+from swarm.pool.query import JOIN, good_groups, has_group_conditions, singletons_pass, step_conditions
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import leases as LS
 from swarm.pool.schema import steps as S
@@ -86,8 +87,15 @@ class LeaseMixin:
             claim_lock(c)
             t = now()
             unclaimed = [S.c.consumed_version.is_(None), sa.or_(S.c.lease_id.is_(None), S.c.lease_expires_at <= t)]
-            where = [*step_conditions(f, self.dialect), *unclaimed, E.c.status != EpisodeStatus.abandoned.value]
-            order = _candidate_groups(c, where, max_groups or 2 * (max_steps or 0))
+            sel = f.model_copy(update={"consumed": None})  # stated once, in ``unclaimed``
+            # group conditions are checked on candidate groups only, not over the whole pool
+            where = [
+                *step_conditions(sel, self.dialect, groups=False),
+                *unclaimed,
+                E.c.status != EpisodeStatus.abandoned.value,
+            ]
+            check = _group_check(c, sel, self.dialect) if has_group_conditions(sel) else None
+            order = _candidate_groups(c, where, max_groups or 2 * (max_steps or 0), check)
             members = _members(c, where, order)
             chosen: list[str] = []
             ids: list[str] = []
@@ -181,9 +189,32 @@ def _live(c: sa.Connection, lease_id: str) -> Any:
     return row
 
 
-def _candidate_groups(c: sa.Connection, where: list[sa.ColumnElement], want: int) -> list[str]:
-    """The ``want`` oldest available group keys, oldest first (pages through the index)."""
-    keys: dict[str, None] = {}
+def _group_check(c: sa.Connection, f: StepFilter, dialect: str) -> Callable[[list[str]], set[str]]:
+    """A function keeping the group keys that pass ``f``'s group conditions."""
+
+    def keep(keys: list[str]) -> set[str]:
+        ok = {k for k in keys if k.startswith("\0")} if singletons_pass(f) else set()
+        grouped = [k for k in keys if not k.startswith("\0")]
+        for i in range(0, len(grouped), 500):
+            q = good_groups(f, dialect).where(S.c.group_id.in_(grouped[i : i + 500]))
+            ok.update(c.execute(q).scalars())
+        return ok
+
+    return keep
+
+
+def _candidate_groups(
+    c: sa.Connection,
+    where: list[sa.ColumnElement],
+    want: int,
+    check: Callable[[list[str]], set[str]] | None,
+) -> list[str]:
+    """The ``want`` oldest available group keys that pass ``check``, oldest first.
+
+    Pages through the unconsumed-steps index; an ungrouped step's key is its step_id.
+    """
+    keys: list[str] = []
+    seen: set[str] = set()
     page = max(256, 4 * want)
     offset = 0
     while len(keys) < want:
@@ -196,14 +227,19 @@ def _candidate_groups(c: sa.Connection, where: list[sa.ColumnElement], want: int
             .offset(offset)
         )
         rows = c.execute(q).all()
+        fresh: list[str] = []
         for sid, gid in rows:
-            keys.setdefault(gid or sid)
-            if len(keys) >= want:
-                break
+            # "\0" marks ungrouped steps while checking (a group_id could look like a step id)
+            k = gid if gid is not None else "\0" + sid
+            if k not in seen:
+                seen.add(k)
+                fresh.append(k)
+        passed = check(fresh) if check is not None else set(fresh)
+        keys.extend(k for k in fresh if k in passed)
         if len(rows) < page:
             break
         offset += page
-    return list(keys)
+    return [k.removeprefix("\0") for k in keys[:want]]
 
 
 def _members(c: sa.Connection, where: list[sa.ColumnElement], keys: list[str]) -> dict[str, list[str]]:

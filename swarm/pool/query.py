@@ -23,7 +23,17 @@ from swarm.pool.schema import labels as L
 from swarm.pool.schema import steps as S
 from swarm.records import RewardStatus
 
-__all__ = ["JOIN", "REWARD", "REWARD_FINAL", "step_conditions", "episode_conditions", "group_key"]
+__all__ = [
+    "JOIN",
+    "REWARD",
+    "REWARD_FINAL",
+    "step_conditions",
+    "episode_conditions",
+    "group_key",
+    "good_groups",
+    "has_group_conditions",
+    "singletons_pass",
+]
 
 JOIN = S.join(E, E.c.episode_id == S.c.episode_id)
 _OWN = S.c.reward.is_not(None)
@@ -120,19 +130,24 @@ def step_conditions(f: StepFilter, dialect: str, groups: bool = True) -> list[sa
         c.append(sa.not_(_has_label(L.c.exclude.is_(True))))
     if f.consumed is not None:
         c.append(S.c.consumed_version.is_not(None) if f.consumed else S.c.consumed_version.is_(None))
-    if groups and (f.nonzero_variance or f.min_group_size is not None):
+    if groups and has_group_conditions(f):
         c.append(_group_condition(f, dialect))
     return c
 
 
-def _group_condition(f: StepFilter, dialect: str) -> sa.ColumnElement:
+def has_group_conditions(f: StepFilter) -> bool:
+    return f.nonzero_variance or f.min_group_size is not None
+
+
+def good_groups(f: StepFilter, dialect: str) -> sa.Select:
+    """group_ids whose matching steps pass the group conditions (variance, size)."""
     having: list[sa.ColumnElement] = []
     if f.nonzero_variance:
         final_reward = sa.case((REWARD_FINAL, REWARD), else_=None)
         having.append(sa.func.max(final_reward) - sa.func.min(final_reward) > _VARIANCE_EPS)
     if f.min_group_size is not None:
         having.append(sa.func.count() >= f.min_group_size)
-    ok_groups = (
+    return (
         sa.select(S.c.group_id)
         .select_from(JOIN)
         .where(S.c.group_id.is_not(None), *step_conditions(f, dialect, groups=False))
@@ -140,10 +155,16 @@ def _group_condition(f: StepFilter, dialect: str) -> sa.ColumnElement:
         .having(*having)
         .correlate(None)
     )
-    # an ungrouped step is a group of one: zero variance, size one
-    singletons_ok = not f.nonzero_variance and (f.min_group_size or 1) <= 1
-    cond = S.c.group_id.in_(ok_groups)
-    return sa.or_(cond, S.c.group_id.is_(None)) if singletons_ok else cond
+
+
+def singletons_pass(f: StepFilter) -> bool:
+    """Whether an ungrouped step (a group of one: zero variance, size one) passes the group conditions."""
+    return not f.nonzero_variance and (f.min_group_size or 1) <= 1
+
+
+def _group_condition(f: StepFilter, dialect: str) -> sa.ColumnElement:
+    cond = S.c.group_id.in_(good_groups(f, dialect))
+    return sa.or_(cond, S.c.group_id.is_(None)) if singletons_pass(f) else cond
 
 
 _STEP_ONLY = ("policy", "source", "max_staleness", "min_length", "max_length", "consumed", "label")

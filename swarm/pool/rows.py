@@ -11,16 +11,26 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from swarm.pool.blocks import unpack_floats
+from swarm.pool.blocks import pack_floats, pack_ids, unpack_floats
 from swarm.records import Episode, RewardStatus, Source, Step
 
 __all__ = ["digest", "to_episode", "to_step"]
 
 
+_BULKY = {"prompt_ids", "response_ids", "response_logprobs", "reward", "reward_status"}
+
+
 def digest(s: Step) -> bytes:
-    """The hash that makes re-adding a step idempotent: the whole record, rewards aside."""
-    data = s.model_dump(mode="json", exclude={"reward", "reward_status"})
-    return hashlib.blake2b(json.dumps(data, sort_keys=True).encode(), digest_size=16).digest()
+    """The hash that makes re-adding a step idempotent: the whole record, rewards aside.
+
+    Token ids and logprobs are hashed packed (JSON-encoding long float lists is slow).
+    """
+    data = s.model_dump(mode="json", exclude=_BULKY)
+    h = hashlib.blake2b(json.dumps(data, sort_keys=True).encode(), digest_size=16)
+    h.update(len(s.prompt_ids).to_bytes(8, "little"))
+    h.update(pack_ids(s.prompt_ids + s.response_ids))
+    h.update(b"-" if s.response_logprobs is None else b"+" + pack_floats(s.response_logprobs))
+    return h.digest()
 
 
 def to_episode(r: Mapping[str, Any]) -> Episode:

@@ -80,10 +80,19 @@ steps = sa.Table(
     sa.Index("ix_steps_created", "created_at"),
     sa.Index("ix_steps_response_id", "response_id"),
     sa.Index("ix_steps_lease", "lease_id"),
-    # what a lease scans: unconsumed steps, oldest first
+    # what a lease walks: unconsumed steps (of a policy), oldest first, in index order
     sa.Index(
         "ix_steps_unconsumed_created",
         "created_at",
+        "step_id",
+        sqlite_where=sa.text("consumed_version IS NULL"),
+        postgresql_where=sa.text("consumed_version IS NULL"),
+    ),
+    sa.Index(
+        "ix_steps_unconsumed_policy_created",
+        "policy",
+        "created_at",
+        "step_id",
         sqlite_where=sa.text("consumed_version IS NULL"),
         postgresql_where=sa.text("consumed_version IS NULL"),
     ),

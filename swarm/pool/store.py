@@ -19,6 +19,7 @@ It does not tokenize, compute advantages or talk HTTP.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,6 +66,34 @@ class Pool(AnnotateMixin, LeaseMixin, ExportMixin):
         self.block_size = block_size
         self.engine = make_engine(url)
         self.dialect = self.engine.dialect.name
+        self._stats_lock = threading.Lock()
+        self._new_since_analyze = 0
+        self._steps_at_analyze = 0
+
+    def optimize(self) -> None:
+        """Refresh the query planner's statistics (PostgreSQL ANALYZE; SQLite PRAGMA optimize).
+
+        The pool also does this by itself on PostgreSQL whenever the steps it wrote grow the
+        table by a fifth (at least 1,000 steps) since the last refresh, so lease and filter
+        plans stay index-driven even where autovacuum is off or has not run yet.
+        """
+        with self.engine.connect() as c:
+            if self.dialect == "postgresql":
+                c.exec_driver_sql("ANALYZE steps, episodes, labels, leases")
+            else:
+                c.exec_driver_sql("PRAGMA optimize")
+            c.commit()
+
+    def _maybe_analyze(self, n_new: int) -> None:
+        if self.dialect != "postgresql" or n_new == 0:
+            return
+        with self._stats_lock:
+            self._new_since_analyze += n_new
+            if self._new_since_analyze < max(1000, self._steps_at_analyze // 5):
+                return
+            self._steps_at_analyze += self._new_since_analyze
+            self._new_since_analyze = 0
+        self.optimize()
 
     def close(self) -> None:
         self.engine.dispose()
@@ -222,12 +251,13 @@ class Pool(AnnotateMixin, LeaseMixin, ExportMixin):
         for attempt in range(3):
             try:
                 with self._tx(write=True) as c:
-                    self._insert_steps(c, batch, prepared)
+                    n_new = self._insert_steps(c, batch, prepared)
                 break
             except sa.exc.IntegrityError:
                 # a concurrent writer (PostgreSQL) inserted one of these ids first: look again
                 if attempt == 2:
                     raise
+        self._maybe_analyze(n_new)
         return [s.step_id for s in steps]
 
     def _prepare(self, s: Step) -> dict[str, Any]:
@@ -266,7 +296,7 @@ class Pool(AnnotateMixin, LeaseMixin, ExportMixin):
             },
         }
 
-    def _insert_steps(self, c: sa.Connection, batch: dict[str, Step], prepared: dict[str, dict]) -> None:
+    def _insert_steps(self, c: sa.Connection, batch: dict[str, Step], prepared: dict[str, dict]) -> int:
         existing: dict[str, bytes] = {}
         for chunk in chunks(list(batch)):
             existing.update(
@@ -299,6 +329,7 @@ class Pool(AnnotateMixin, LeaseMixin, ExportMixin):
             c.execute(S.insert(), rows)
         if touched:
             c.execute(E.update().where(E.c.episode_id.in_(sorted(touched))).values(updated_at=now()))
+        return len(rows)
 
     def get_step(self, step_id: str, with_tokens: bool = True) -> Step:
         with self._tx() as c:

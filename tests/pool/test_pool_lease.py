@@ -77,9 +77,9 @@ def test_ack_release_and_errors(pool: Pool):
 
 def test_expired_lease_returns_its_steps(pool: Pool):
     g = _groups(pool, [2])
-    old = pool.lease(StepFilter.trainable(), max_groups=1, ttl_s=0.2)
+    old = pool.lease(StepFilter.trainable(), max_groups=1, ttl_s=1.5)  # long enough for a loaded machine
     assert pool.lease(StepFilter.trainable(), max_groups=1).steps == []
-    time.sleep(0.3)
+    time.sleep(max(0.0, old.expires_at - time.time()) + 0.05)
     new = pool.lease(StepFilter.trainable(), max_groups=1)
     assert {s.step_id for s in new.steps} == g["g0"]
     with pytest.raises(LeaseError, match="expired"):
@@ -164,3 +164,17 @@ def test_concurrent_leases_in_two_processes_never_share_a_step(pool: Pool, pool_
     assert all(leases), "both processes should have leased something"
     _check_partition([ids for per in leases for ids in per], {s.step_id for s in made})
     assert pool.count_steps(StepFilter(consumed=False)) == 0
+
+
+def test_lease_applies_group_conditions(pool: Pool):
+    _groups(pool, [1, 3])  # g0: one step (zero variance), g1: rewards 0, 1, 2
+    group(pool, "flat", [1.0, 1.0])
+    ep = episode(pool)
+    pool.add_step(step(ep))
+    pool.end_episode(ep.episode_id, reward=1.0)  # ungrouped
+    got = pool.lease(StepFilter.trainable(nonzero_variance=True), max_groups=5)
+    assert got.group_ids == ["g1"]
+    got = pool.lease(StepFilter.trainable(min_group_size=2), max_groups=5)
+    assert got.group_ids == ["flat"]
+    got = pool.lease(StepFilter.trainable(min_group_size=1), max_groups=5)
+    assert len(got.group_ids) == 2 and got.group_ids[0] == "g0"  # g0 and the ungrouped step
