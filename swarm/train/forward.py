@@ -12,9 +12,12 @@ cannot take an arbitrary tree mask. Does not compute losses.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from swarm.merge.collate import Collated
+from swarm.train.tree_attention import IMPL, block_plan, tree_attention
 
 __all__ = ["target_logprobs", "base_causal_lm"]
 
@@ -26,23 +29,38 @@ def base_causal_lm(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def target_logprobs(
-    model: torch.nn.Module, col: Collated, temperature: float = 1.0, with_entropy: bool = False
+    model: torch.nn.Module,
+    col: Collated,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    block_size: int | None = 128,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-target logprobs ``(T,)`` (with grad if enabled) and, optionally, entropies (no grad)."""
+    """Per-target logprobs ``(T,)`` (with grad if enabled) and, optionally, entropies (no grad).
+
+    ``block_size``: masked rows on an SDPA model use block-sparse tree attention with query
+    blocks of this size (``tree_attention``); None runs the dense mask through plain SDPA.
+    """
     lm = base_causal_lm(model)
     device = next(lm.parameters()).device
     mask = col.attention_mask
+    ctx: contextlib.AbstractContextManager = contextlib.nullcontext()
+    extra = {}
     if mask is not None:
         mask = mask.to(device)
-        if lm.config._attn_implementation != "sdpa":
+        if lm.config._attn_implementation == "sdpa" and block_size:
+            extra["swarm_tree_plan"] = block_plan(mask, block_size)
+            ctx = tree_attention(lm)
+        elif lm.config._attn_implementation not in ("sdpa", IMPL):
             dtype = next(lm.parameters()).dtype
             mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill(~mask, torch.finfo(dtype).min)
-    out = lm.get_decoder()(
-        input_ids=col.input_ids.to(device),
-        attention_mask=mask,
-        position_ids=None if col.position_ids is None else col.position_ids.to(device),
-        use_cache=False,
-    )
+    with ctx:
+        out = lm.get_decoder()(
+            input_ids=col.input_ids.to(device),
+            attention_mask=mask,
+            position_ids=None if col.position_ids is None else col.position_ids.to(device),
+            use_cache=False,
+            **extra,
+        )
     hidden = out.last_hidden_state
     length = hidden.shape[1]
     flat = (col.predict_row * length + col.predict_pos).to(device)
