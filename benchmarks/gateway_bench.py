@@ -71,6 +71,17 @@ async def backend_latency(calls: int) -> list[float]:
     return out
 
 
+async def health_latency(url: str, calls: int) -> list[float]:
+    """The HTTP floor: a route that touches neither the pool nor the backend."""
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        out = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            await http.get("/health")
+            out.append(time.perf_counter() - t)
+        return out
+
+
 async def gateway_latency(url: str, calls: int) -> list[float]:
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         ep = (await http.post("/v1/episodes", json={"task": "bench"})).json()
@@ -124,6 +135,7 @@ def main() -> None:
         try:
             direct = asyncio.run(backend_latency(args.calls))
             via = asyncio.run(gateway_latency(url, args.calls))
+            floor = asyncio.run(health_latency(url, args.calls))
             rows = []
             for n in args.clients:
                 before = Pool(f"sqlite:///{db}").count_steps()
@@ -137,9 +149,12 @@ def main() -> None:
 
     d50, d99 = pct(direct, 0.5) * 1e3, pct(direct, 0.99) * 1e3
     g50, g99 = pct(via, 0.5) * 1e3, pct(via, 0.99) * 1e3
-    print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, pool: SQLite file (WAL)")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"machine: {os.cpu_count()} CPUs (load avg {load:.1f}), python {sys.version.split()[0]}, "
+          "pool: SQLite file (WAL)")
     print(f"latency over {args.calls} sequential chat calls (echo backend, 1-turn prompt, ~45 reply tokens)")
     print(f"  backend in-process   p50 {d50:8.3f} ms   p99 {d99:8.3f} ms")
+    print(f"  GET /health (HTTP)   p50 {pct(floor, 0.5) * 1e3:8.3f} ms   p99 {pct(floor, 0.99) * 1e3:8.3f} ms")
     print(f"  through the gateway  p50 {g50:8.3f} ms   p99 {g99:8.3f} ms   (HTTP + auth + prefix + SQLite write)")
     print(f"  added by the gateway p50 {g50 - d50:8.3f} ms   p99 {g99 - d99:8.3f} ms   "
           f"ratio p50 {g50 / d50:,.0f}x, mean {statistics.mean(via) / statistics.mean(direct):,.0f}x")

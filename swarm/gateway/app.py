@@ -13,7 +13,6 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-import anyio.to_thread
 from fastapi import Depends, FastAPI
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -82,7 +81,7 @@ async def _sweep(state: GatewayState) -> None:
     while True:
         await asyncio.sleep(state.settings.sweep_interval_s)
         try:
-            ids = await anyio.to_thread.run_sync(state.pool.abandon_stale)
+            ids = await state.write(state.pool.abandon_stale)
             if ids:
                 log.info("abandoned %d idle episode(s)", len(ids))
         except Exception:  # a sweep failing once (database busy) must not stop the next ones

@@ -43,7 +43,7 @@ async def create_episode(body: EpisodeCreate, request: Request, caller: Caller =
                        code="invalid_value")
     ep = Episode(task=body.task, group_id=body.group_id, client_id=body.client_id, type=body.type,
                  timeout_s=timeout, metadata=body.metadata)
-    ep = await state.db(state.pool.add_episode, ep)
+    ep = await state.write(state.pool.add_episode, ep)
     return {
         "episode_id": ep.episode_id,
         "base_url": state.base_url(request),
@@ -61,7 +61,7 @@ async def heartbeat(episode_id: str, caller: Caller = Depends(any_caller),
                     state: GatewayState = Depends(State)) -> dict[str, Any]:
     """Keep an open episode from being abandoned."""
     _check(caller, episode_id)
-    await state.db(state.pool.heartbeat, episode_id)
+    await state.write(state.pool.heartbeat, episode_id)
     return {"episode_id": episode_id, "status": "open"}
 
 
@@ -71,7 +71,7 @@ async def end_episode(episode_id: str, body: EpisodeEnd | None = None, caller: C
     """Finish (or fail) an episode, with its reward and per-step rewards (final)."""
     _check(caller, episode_id)
     body = body or EpisodeEnd()
-    ep = await state.db(state.pool.end_episode, episode_id, status=EpisodeStatus(body.status), reward=body.reward,
+    ep = await state.write(state.pool.end_episode, episode_id, status=EpisodeStatus(body.status), reward=body.reward,
                         step_rewards=body.step_rewards, metadata=body.metadata)
     return episode_json(ep)
 
@@ -81,5 +81,5 @@ async def abort_episode(episode_id: str, caller: Caller = Depends(any_caller),
                         state: GatewayState = Depends(State)) -> dict[str, Any]:
     """End an episode as failed (its steps are kept, never trained)."""
     _check(caller, episode_id)
-    ep = await state.db(state.pool.abort_episode, episode_id)
+    ep = await state.write(state.pool.abort_episode, episode_id)
     return episode_json(ep)

@@ -66,7 +66,7 @@ async def submit_steps(body: StepsSubmit, caller: Caller = Depends(episode_calle
             steps.append(step)
             ids.append(step.step_id)
         if steps:
-            await state.db(state.pool.add_steps, steps)
+            await state.write(state.pool.add_steps, steps)
     return {"step_ids": ids}
 
 
@@ -101,7 +101,7 @@ async def post_event(body: EventIn, caller: Caller = Depends(any_caller),
     source = Source.blackbox if caller.episode_id else Source.service
     ev = Event(kind=body.kind, episode_id=ep_id if step_id is None else None, step_id=step_id, name=body.name,
                value=body.value, source=source, payload=body.payload)
-    event_id = await state.db(state.pool.add_event, ev)
+    event_id = await state.write(state.pool.add_event, ev)
     return {"event_id": event_id, "episode_id": ep_id, "step_id": step_id}
 
 
@@ -119,8 +119,8 @@ async def post_feedback(body: FeedbackIn, caller: Caller = Depends(any_caller),
         payload["reward"] = body.reward
     ev = Event(kind="feedback", episode_id=ep_id if step_id is None else None, step_id=step_id, name=body.name,
                value=body.reward, rating=body.rating, correction=body.correction, source=source, payload=payload)
-    event_id = await state.db(state.pool.add_event, ev)
+    event_id = await state.write(state.pool.add_event, ev)
     if body.reward is not None:
         target = {"step_id": step_id} if step_id is not None else {"episode_id": ep_id}
-        await state.db(state.pool.set_reward, **target, reward=body.reward, final=body.final)
+        await state.write(state.pool.set_reward, **target, reward=body.reward, final=body.final)
     return {"event_id": event_id, "episode_id": ep_id, "step_id": step_id}

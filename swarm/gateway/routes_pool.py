@@ -187,7 +187,7 @@ async def create_lease(body: LeaseRequest, caller: Caller = Depends(admin_caller
     if body.max_steps is None and body.max_groups is None:
         raise ApiError(400, "give max_steps and/or max_groups", param="max_steps", code="invalid_value")
     f = _finite(body.filter)
-    lease = await state.db(state.pool.lease, f, max_steps=body.max_steps, max_groups=body.max_groups,
+    lease = await state.write(state.pool.lease, f, max_steps=body.max_steps, max_groups=body.max_groups,
                            ttl_s=body.ttl_s)
     return {"lease_id": lease.lease_id, "expires_at": lease.expires_at, "group_ids": list(lease.group_ids or []),
             "steps": [step_json(s, True) for s in lease.steps]}
@@ -197,7 +197,7 @@ async def create_lease(body: LeaseRequest, caller: Caller = Depends(admin_caller
 async def ack_lease(lease_id: str, body: AckRequest, caller: Caller = Depends(admin_caller),
                     state: GatewayState = Depends(State)) -> dict[str, Any]:
     """Mark a lease's steps consumed by ``consumed_version``."""
-    n = await state.db(state.pool.ack, lease_id, body.consumed_version)
+    n = await state.write(state.pool.ack, lease_id, body.consumed_version)
     return {"lease_id": lease_id, "acked": n}
 
 
@@ -205,7 +205,7 @@ async def ack_lease(lease_id: str, body: AckRequest, caller: Caller = Depends(ad
 async def release_lease(lease_id: str, caller: Caller = Depends(admin_caller),
                         state: GatewayState = Depends(State)) -> dict[str, Any]:
     """Give a lease's steps back unconsumed."""
-    await state.db(state.pool.release, lease_id)
+    await state.write(state.pool.release, lease_id)
     return {"lease_id": lease_id, "released": True}
 
 
@@ -213,6 +213,6 @@ async def release_lease(lease_id: str, caller: Caller = Depends(admin_caller),
 async def add_label(body: LabelIn, caller: Caller = Depends(admin_caller),
                     state: GatewayState = Depends(State)) -> dict[str, Any]:
     """A curation label on a step or an episode; ``exclude: true`` keeps it out of training."""
-    lbl = await state.db(state.pool.label, body.target, body.target_id, body.label, exclude=body.exclude,
+    lbl = await state.write(state.pool.label, body.target, body.target_id, body.label, exclude=body.exclude,
                          note=body.note)
     return lbl.model_dump(mode="json")
