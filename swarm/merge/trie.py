@@ -103,7 +103,7 @@ class PrefixTrie:
 
 def _common_prefix(a: tuple[int, ...], b: tuple[int, ...], start: int) -> int:
     m = 0
-    for x, y in zip(a, b[start:]):
+    for x, y in zip(a, b[start:], strict=False):
         if x != y:
             break
         m += 1

@@ -36,7 +36,7 @@ def assign_credit(
         raise ValidationError(f"{len(step_rewards)} step rewards but {len(episode_ids)} episode ids")
     episode_rewards = episode_rewards or {}
     out = []
-    for i, (r, ep) in enumerate(zip(step_rewards, episode_ids)):
+    for i, (r, ep) in enumerate(zip(step_rewards, episode_ids, strict=False)):
         if r is None:
             r = episode_rewards.get(ep)
         if r is None or not math.isfinite(r):
@@ -78,7 +78,7 @@ def grpo_advantages(
         raise ValidationError("rewards, groups and units must have the same length")
     units = units if units is not None else [str(i) for i in range(n)]
     unit_rewards: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r, g, u in zip(rewards, groups, units):
+    for r, g, u in zip(rewards, groups, units, strict=False):
         unit_rewards[g][u].append(float(r))
     stats: dict[str, tuple[float, float, int]] = {}
     for g, per_unit in unit_rewards.items():
@@ -87,7 +87,7 @@ def grpo_advantages(
         std = math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals))
         stats[g] = (mean, std, len(vals))
     out = []
-    for r, g in zip(rewards, groups):
+    for r, g in zip(rewards, groups, strict=False):
         mean, std, count = stats[g]
         if count < 2:
             out.append(0.0)

@@ -33,4 +33,4 @@ def items_from_steps(
         scale_std=scale_std,
         units=[s.episode_id for s in steps] if per_episode_stats else None,
     )
-    return [TrainSeq.from_step(s, a) for s, a in zip(steps, advantages)]
+    return [TrainSeq.from_step(s, a) for s, a in zip(steps, advantages, strict=False)]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_llama import make_tiny_llama
 
 from swarm.merge import MODES, collate, merge_items, micro_batches
 from swarm.merge.synthetic import multiturn_items, random_tree_items
 from swarm.train import TrainConfig, Trainer, item_token_weights, ppo_clip_loss, target_logprobs
-from tiny_llama import make_tiny_llama
 
 TOL = 1e-5
 TEMP = 0.8
@@ -67,7 +67,7 @@ def test_per_token_logprobs_match_alone(case, mode, budget):
         for group in micro_batches(batch.rows, budget):
             col = collate([batch.rows[i] for i in group])
             lp, _ = target_logprobs(model, col, TEMP)
-            for t, key in enumerate(zip(col.target_item.tolist(), col.target_offset.tolist())):
+            for t, key in enumerate(zip(col.target_item.tolist(), col.target_offset.tolist(), strict=False)):
                 assert key not in got
                 got[key] = lp[t]
     assert got.keys() == ref.keys()

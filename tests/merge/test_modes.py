@@ -20,7 +20,7 @@ def _check_rows(items, batch):
     for row in batch.rows:
         n = len(row)
         assert len(row.position_ids) == len(row.subtree_end) == n
-        for pred, tok, i, k in zip(row.predict_index, row.target_ids, row.target_item, row.target_offset):
+        for pred, tok, i, k in zip(row.predict_index, row.target_ids, row.target_item, row.target_offset, strict=False):
             assert (i, k) not in seen
             seen.add((i, k))
             item = items[i]
@@ -80,7 +80,7 @@ def test_tree_parent_gather_for_siblings():
     (row,) = merge_items(items, "tree", 100).rows
     assert row.input_ids == [1, 2, 3, 4, 5, 6, 7]
     assert row.position_ids == [0, 1, 2, 3, 4, 3, 4]
-    firsts = [p for p, k in zip(row.predict_index, row.target_offset) if k == 0]
+    firsts = [p for p, k in zip(row.predict_index, row.target_offset, strict=False) if k == 0]
     assert firsts == [2, 2]
     mask = tree_attention_mask(torch.tensor([row.subtree_end]))[0, 0]
     assert mask[5].tolist() == [True, True, True, False, False, True, False]  # 6 does not see 4, 5

@@ -19,7 +19,7 @@ def _on_policy(model, items, temperature=1.0):
     with torch.no_grad():
         col = collate(batch.rows)
         lp, _ = target_logprobs(model, col, temperature)
-    for t, (i, k) in enumerate(zip(col.target_item.tolist(), col.target_offset.tolist())):
+    for t, (i, k) in enumerate(zip(col.target_item.tolist(), col.target_offset.tolist(), strict=False)):
         lps[(i, k)] = lp[t].item()
     out = []
     for i, it in enumerate(items):

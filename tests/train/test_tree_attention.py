@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 from train_helpers import make_tiny_llama
 
 from swarm.merge import collate, merge_items
