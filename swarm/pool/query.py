@@ -99,7 +99,13 @@ def step_conditions(f: StepFilter, dialect: str, groups: bool = True) -> list[sa
     if f.group_id is not None:
         c.append(S.c.group_id == f.group_id)
     if f.group_ids is not None:
-        c.append(group_key().in_(f.group_ids))
+        # group_key() IN (...) spelled so that the group_id and step_id indexes apply
+        c.append(
+            sa.or_(
+                S.c.group_id.in_(f.group_ids),
+                sa.and_(S.c.group_id.is_(None), S.c.step_id.in_(f.group_ids)),
+            )
+        )
     if f.episode_type is not None:
         c.append(E.c.type == f.episode_type.value)
     if f.reward_status is not None:
