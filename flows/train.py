@@ -35,10 +35,10 @@ __all__ = ["train_flow", "run_update", "main"]
 
 @task(name="wait-for-batch", cache_policy=NONE)
 def wait_task(pool: Pool, flt: Any, batching: dict[str, Any], group_size: int, timeout_s: float,
-              on_poll: Any, stop: threading.Event) -> Any:
+              on_poll: Any, stop: threading.Event, clients: Any = None) -> Any:
     return loop.wait_for_batch(pool, flt, batching["strategy"], min_episodes=int(batching["min_episodes"]),
                                min_groups=int(batching["min_groups"]), group_size=group_size, timeout_s=timeout_s,
-                               on_poll=on_poll, should_stop=stop.is_set)
+                               clients=clients, on_poll=on_poll, should_stop=stop.is_set)
 
 
 @task(name="lease", cache_policy=NONE, retries=2, retry_delay_seconds=1)
@@ -65,15 +65,18 @@ def ack_task(pool: Pool, lease_id: str, version: int) -> int:
 
 
 def run_update(pool: Pool, trainer: Trainer, cfg: dict[str, Any], stop: threading.Event,
-               progress: Any = None) -> tuple[dict[str, float], list] | None:
+               progress: Any = None, stack: Any = None) -> tuple[dict[str, float], list] | None:
     """One committed update of one policy; returns its metrics and the trained steps (None: stopped)."""
     t0 = time.perf_counter()
     flt = loop.trainable_filter(trainer.policy, trainer.version, cfg["train"]["max_staleness"],
                                 nonzero_variance=cfg["batching"]["strategy"] == "groups_var")
     decision = wait_task(pool, flt, cfg["batching"], int(cfg["task"]["group_size"]),
-                         float(cfg["train"]["batch_timeout_s"]), progress, stop)
+                         float(cfg["train"]["batch_timeout_s"]), progress, stop,
+                         stack.sync_clients if stack is not None else None)
     if not decision.fire:
         return None
+    if stack is not None and cfg["batching"]["strategy"] in ("any_agree", "all_agree"):
+        stack.take_agreements()
     lease = lease_task(pool, flt, decision, float(cfg["train"]["lease_ttl_s"]))
     if not lease.steps:
         return {}, []
@@ -124,13 +127,16 @@ def train_flow(cfg: dict[str, Any]) -> dict[str, Any]:
     task_name = cfg["task"]["name"]
     run_name = cfg.get("run_name") or f"{task_name}-{time.strftime('%Y%m%d-%H%M%S')}"
     history: list[dict[str, float]] = []
+    agree_every = int(cfg["batching"].get("agree_every", 0))
     with tracking.open_run(cfg["mlflow"]["tracking_uri"], cfg["mlflow"]["experiment"], run_name, cfg) as run:
         if runner["kind"] == "process":
-            futures = [process_worker.submit(worker_config(stack.url, cfg["task"], int(runner["workers"]), None),
-                                             stop, procs) for _ in range(int(runner.get("processes", 1)))]
+            futures = [process_worker.submit(worker_config(stack.url, cfg["task"], int(runner["workers"]), None,
+                                                           agree_every=agree_every), stop, procs)
+                       for _ in range(int(runner.get("processes", 1)))]
         else:
             futures = [thread_worker.submit(worker_config(stack.url, cfg["task"], int(runner["workers"]),
-                                                          int(cfg["seed"]) * 1_000_000), stop)]
+                                                          int(cfg["seed"]) * 1_000_000, agree_every=agree_every),
+                                            stop)]
         status = "FINISHED"
         t_eval = time.time()
         try:
@@ -138,7 +144,7 @@ def train_flow(cfg: dict[str, Any]) -> dict[str, Any]:
                 while len(history) < int(cfg["train"]["updates"]) and not stop.is_set():
                     row: dict[str, float] = {}
                     for policy, tr in trainers.items():
-                        done = run_update(pool, tr, cfg, stop, progress.on_poll)
+                        done = run_update(pool, tr, cfg, stop, progress.on_poll, stack)
                         if done is None:
                             break
                         m, steps = done

@@ -20,12 +20,12 @@ __all__ = ["worker_config", "thread_worker", "process_worker", "process_command"
 
 
 def worker_config(server: str, task_cfg: dict[str, Any], workers: int, seed: int | None,
-                  model: str = "default") -> WorkerConfig:
+                  model: str = "default", agree_every: int = 0) -> WorkerConfig:
     return WorkerConfig(server=server, task=task_cfg["name"], workers=workers,
                         group_size=int(task_cfg["group_size"]), model=model,
                         temperature=float(task_cfg["temperature"]), max_tokens=int(task_cfg["max_tokens"]),
                         episode_timeout_s=float(task_cfg["episode_timeout_s"]),
-                        eval_every=int(task_cfg.get("eval_every", 0)), seed=seed,
+                        eval_every=int(task_cfg.get("eval_every", 0)), seed=seed, agree_every=agree_every,
                         options=dict(task_cfg.get("options") or {}))
 
 
@@ -40,7 +40,7 @@ def process_command(cfg: WorkerConfig) -> list[str]:
            "--workers", str(cfg.workers), "--group-size", str(cfg.group_size), "--model", cfg.model,
            "--temperature", str(cfg.temperature), "--max-tokens", str(cfg.max_tokens),
            "--episode-timeout", str(cfg.episode_timeout_s), "--eval-every", str(cfg.eval_every),
-           "--options", json.dumps(cfg.options)]
+           "--agree-every", str(cfg.agree_every), "--options", json.dumps(cfg.options)]
     if cfg.seed is not None:
         cmd += ["--seed", str(cfg.seed)]
     return cmd

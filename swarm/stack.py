@@ -73,6 +73,13 @@ class Stack:
     def stop(self) -> None:
         self.server.stop()
 
+    def sync_clients(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(active, agreed) clients of this stack's gateway, for the C4 / C5 strategies."""
+        return self.extra["app"].state.gateway.sync.snapshot()
+
+    def take_agreements(self) -> frozenset[str]:
+        return self.extra["app"].state.gateway.sync.take()
+
     def __enter__(self) -> Stack:
         return self
 
@@ -87,4 +94,6 @@ def start_stack(pool: Pool, backend: PolicyBackend, settings: Any = None, host: 
 
     app = create_app(pool, backend, settings or GatewaySettings.from_env())
     server = ServerThread(app, host=host, port=port).start()
-    return Stack(pool, backend, server)
+    return Stack(pool, backend, server, extra={"app": app})
+
+

@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--episode-timeout", type=float, default=60.0)
     p.add_argument("--eval-every", type=int, default=0, help="every k-th group is an eval group")
+    p.add_argument("--agree-every", type=int, default=0, help="ask for an update after every k groups (C4/C5)")
     p.add_argument("--max-groups", type=int, default=None, help="stop after this many groups")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--token", default=None, help="client token (or SWARM_CLIENT_TOKEN)")
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     cfg = WorkerConfig(server=a.server, task=a.task, workers=a.workers, group_size=a.group_size, model=a.model,
                        temperature=a.temperature, max_tokens=a.max_tokens, episode_timeout_s=a.episode_timeout,
-                       eval_every=a.eval_every, max_groups=a.max_groups, seed=a.seed, token=a.token,
+                       eval_every=a.eval_every, agree_every=a.agree_every, max_groups=a.max_groups, seed=a.seed, token=a.token,
                        options=json.loads(a.options))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -84,6 +84,10 @@ class SwarmClient:
     def health(self) -> dict[str, Any]:
         return self.request("GET", "/health")
 
+    def agree(self, client_id: str) -> dict[str, Any]:
+        """Ask for an update now (batching strategies C4 / C5); returns active and agreed clients."""
+        return self.request("POST", "/v1/sync/agree", json={"client_id": client_id})
+
     def begin(self, task: str, group_id: str | None = None, type: str = "train", client_id: str | None = None,
               timeout_s: float | None = None, metadata: dict[str, Any] | None = None) -> EpisodeHandle:
         """Begin an episode without a ``with`` block; call ``end`` or ``abort`` yourself."""

@@ -40,6 +40,7 @@ class WorkerConfig:
     client_id: str = field(default_factory=lambda: f"worker-{os.getpid()}-{random.randrange(1 << 30):x}")
     max_groups: int | None = None  # stop after this many groups (None: until stopped)
     token: str | None = None
+    agree_every: int = 0  # post /v1/sync/agree after every k finished groups (C4/C5); 0 = never
     options: dict[str, Any] = field(default_factory=dict)  # task-specific (role -> policy map, mix, ...)
 
 
@@ -111,6 +112,9 @@ def run_worker(cfg: WorkerConfig, stop: threading.Event | None = None) -> dict[s
                 with lock:
                     stats["episodes"] += 1
                     stats["reward_sum"] += float(parts.get("reward", 0.0))
+                    agree = cfg.agree_every and stats["episodes"] % (cfg.agree_every * cfg.group_size) == 0
+                if agree:
+                    client.agree(cfg.client_id)
 
     with ThreadPoolExecutor(cfg.workers, thread_name_prefix="swarm-worker") as pool:
         for f in [pool.submit(loop) for _ in range(cfg.workers)]:

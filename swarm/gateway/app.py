@@ -17,7 +17,7 @@ from fastapi import Depends, FastAPI
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from swarm.gateway import routes_episodes, routes_ingest, routes_openai, routes_pool
+from swarm.gateway import routes_episodes, routes_ingest, routes_openai, routes_pool, sync
 from swarm.gateway.deps import State
 from swarm.gateway.errors import install_error_handlers
 from swarm.gateway.settings import GatewaySettings
@@ -119,6 +119,6 @@ def create_app(pool: Pool, backend: PolicyBackend, settings: GatewaySettings | N
         policies = st.backend.policies()
         return {"status": "ok", "policies": policies, "versions": {p: st.backend.version(p) for p in policies}}
 
-    for module in (routes_openai, routes_episodes, routes_ingest, routes_pool):
+    for module in (routes_openai, routes_episodes, routes_ingest, routes_pool, sync):
         app.include_router(module.router)
     return app
