@@ -23,7 +23,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import console, tracking
 from flows.components import lora_spec, make_backend, make_pool, make_train_config, model_path
-from flows.workers import process_worker, thread_worker, worker_config
+from flows.workers import start_workers
 from swarm import loop
 from swarm.errors import LeaseError
 from swarm.pool import Lease, Pool
@@ -129,14 +129,7 @@ def train_flow(cfg: dict[str, Any]) -> dict[str, Any]:
     history: list[dict[str, float]] = []
     agree_every = int(cfg["batching"].get("agree_every", 0))
     with tracking.open_run(cfg["mlflow"]["tracking_uri"], cfg["mlflow"]["experiment"], run_name, cfg) as run:
-        if runner["kind"] == "process":
-            futures = [process_worker.submit(worker_config(stack.url, cfg["task"], int(runner["workers"]), None,
-                                                           agree_every=agree_every), stop, procs)
-                       for _ in range(int(runner.get("processes", 1)))]
-        else:
-            futures = [thread_worker.submit(worker_config(stack.url, cfg["task"], int(runner["workers"]),
-                                                          int(cfg["seed"]) * 1_000_000, agree_every=agree_every),
-                                            stop)]
+        futures = start_workers(runner, stack.url, cfg["task"], int(cfg["seed"]), agree_every, stop, procs)
         status = "FINISHED"
         t_eval = time.time()
         try:

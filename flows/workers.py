@@ -16,7 +16,7 @@ from prefect.cache_policies import NONE
 
 from swarm.client import WorkerConfig, run_worker
 
-__all__ = ["worker_config", "thread_worker", "process_worker", "process_command"]
+__all__ = ["worker_config", "thread_worker", "process_worker", "process_command", "start_workers"]
 
 
 def worker_config(server: str, task_cfg: dict[str, Any], workers: int, seed: int | None,
@@ -64,3 +64,16 @@ def process_worker(cfg: WorkerConfig, stop: threading.Event, procs: list[subproc
         elif not stop.is_set():
             restarts += 1
     return restarts
+
+
+def start_workers(runner: dict[str, Any], server: str, task_cfg: dict[str, Any], seed: int, agree_every: int,
+                  stop: threading.Event, procs: list[subprocess.Popen]) -> list[Any]:
+    """Submit the client workers the ``runner`` config group asks for; returns their Prefect futures."""
+    workers = int(runner["workers"])
+    if runner["kind"] == "process":
+        return [process_worker.submit(worker_config(server, task_cfg, workers, None, agree_every=agree_every),
+                                      stop, procs) for _ in range(int(runner.get("processes", 1)))]
+    if runner["kind"] == "thread":
+        return [thread_worker.submit(worker_config(server, task_cfg, workers, seed * 1_000_000,
+                                                   agree_every=agree_every), stop)]
+    raise ValueError(f"runner.kind={runner['kind']!r} is unknown; use thread or process")

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 __all__ = ["Strategy", "GroupState", "Snapshot", "Decision", "decide"]
 
 
-class Strategy(str, Enum):
+class Strategy(StrEnum):
     episodes = "episodes"  # C1
     groups = "groups"  # C2
     groups_var = "groups_var"  # C3
