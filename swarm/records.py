@@ -134,19 +134,18 @@ class Step(_Record):
     @field_validator("prompt_ids", "response_ids")
     @classmethod
     def _ids_non_negative(cls, v: list[int]) -> list[int]:
-        for i, t in enumerate(v):
-            if t < 0:
-                raise ValueError(f"token ids must be >= 0, got {t} at position {i}")
+        if v and min(v) < 0:  # one C-level pass; find the position only on failure
+            i = next(i for i, t in enumerate(v) if t < 0)
+            raise ValueError(f"token ids must be >= 0, got {v[i]} at position {i}")
         return v
 
     @field_validator("response_logprobs")
     @classmethod
     def _logprobs_valid(cls, v: list[float] | None) -> list[float] | None:
-        if v is None:
-            return v
-        for i, lp in enumerate(v):
-            if math.isnan(lp) or lp > 1e-4:
-                raise ValueError(f"logprobs must be <= 0 and not NaN, got {lp} at position {i}")
+        # max() is not reliable with NaN in the list, hence the separate isnan pass
+        if v and (max(v) > 1e-4 or any(map(math.isnan, v))):
+            i = next(i for i, lp in enumerate(v) if math.isnan(lp) or lp > 1e-4)
+            raise ValueError(f"logprobs must be <= 0 and not NaN, got {v[i]} at position {i}")
         return v
 
     @field_validator("reward")
