@@ -63,6 +63,8 @@ def make_pool(pool: dict[str, Any]) -> Pool:
 def make_backend(model: dict[str, Any], policies: list[str], lora: LoraSpec | None) -> PolicyBackend:
     """The inference backend serving ``policies``; trainable policies get LoRA adapters matching ``lora``."""
     kind = _get(model, "backend", "model")
+    if kind == "fleet":
+        return _make_fleet(model, policies, lora)
     if kind == "hf":
         peft = None if lora is None else {"r": lora.rank, "alpha": lora.alpha, "dropout": lora.dropout,
                                           "target_modules": list(lora.target_modules)}
@@ -71,6 +73,26 @@ def make_backend(model: dict[str, Any], policies: list[str], lora: LoraSpec | No
                              max_batch_size=int(model.get("max_batch_size", 16)))
     kwargs = {k: v for k, v in model.items() if k not in ("backend", "name")}
     return build_backend(kind, policies=list(policies), **kwargs)
+
+
+def _make_fleet(model: dict[str, Any], policies: list[str], lora: LoraSpec | None) -> PolicyBackend:
+    """``model.backend: fleet``: each ``model.replicas`` entry is a model config of its own (see docs/scale_out.md)."""
+    from swarm.policy.fleet import FleetBackend
+
+    replicas = _get(model, "replicas", "model")
+    if not replicas:
+        raise ConfigError("model.replicas is empty; list at least one replica model config")
+    named: dict[str, PolicyBackend] = {}
+    caps: dict[str, float] = {}
+    for i, rep in enumerate(replicas):
+        rep = dict(rep)
+        name = str(rep.pop("name", None) or f"r{i}")
+        caps[name] = float(rep.pop("capacity", 1.0))
+        if rep.get("backend") == "fleet":
+            raise ConfigError(f"model.replicas[{i}].backend=fleet: a fleet cannot nest fleets")
+        named[name] = make_backend(rep, policies, lora)
+    kw = {k: model[k] for k in ("wait_s", "cooldown_s", "retries") if model.get(k) is not None}
+    return FleetBackend(named, capacities=caps, **kw)
 
 
 def make_train_config(algo: dict[str, Any], temperature: float, pad_id: int) -> TrainConfig:
