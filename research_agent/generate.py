@@ -1,0 +1,164 @@
+"""Stage 2, generate: a task spec becomes a task package plus ``conf/task/<name>.yaml``.
+
+The LLM writes the package files (``__init__.py`` with ``make_instance`` / ``run_episode``,
+``reward.py`` with ``compute_reward(instance, answer)``, ``README.md``, ``test_reward.py`` and an
+optional small data file) in a ``<<<FILE name>>> ... <<<END>>>`` format; this module parses and
+writes them. The task config is written here, not by the LLM, in the built-in tasks' shape.
+
+A package lands in ``<out>/<name>/``. Under the repo's ``experiments/`` its module is
+``experiments.<name>`` and ``task.name`` is ``<name>``; elsewhere the module is
+``<out folder>.<name>`` (the folder's parent must be importable), so the package uses relative
+imports only. It does not run anything (that is :mod:`research_agent.validate`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from research_agent.errors import LLMError
+from research_agent.llm import ChatLLM
+from research_agent.spec import TaskSpec
+
+__all__ = ["TaskFiles", "Target", "target_for", "parse_files", "write_package", "write_task_config",
+           "generate_files", "CONTRACT", "REPO", "EXPERIMENTS"]
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENTS = REPO / "experiments"
+REQUIRED = ("__init__.py", "reward.py", "README.md", "test_reward.py")
+ALLOWED_SUFFIXES = (".py", ".md", ".json", ".jsonl", ".txt", ".csv")
+_FILE_RE = re.compile(r"<<<FILE\s+([^\s>]+)\s*>>>\n(.*?)\n?<<<END>>>", re.S)
+
+CONTRACT = """A swarmpool task package is a Python package with these files:
+
+- __init__.py: `make_instance(seed: int) -> dict` (deterministic in the seed, JSON-serialisable) and
+  `run_episode(instance: dict, llm) -> dict` which talks to the policy ONLY through `llm`:
+  `llm.chat(messages, **kwargs)` returns the reply message (`.content` may be None; `.tool_calls` when
+  tools are passed); `llm.openai()` gives an `openai.OpenAI` client if needed, with model `llm.model`.
+  `run_episode` returns `compute_reward(instance, final_answer_text)` (a dict with at least "reward").
+  Export names in `__all__`. Never contact anything but `llm`; no files written, no randomness without the seed.
+- reward.py: `compute_reward(instance: dict, answer: str | None) -> dict[str, float]`, pure and
+  deterministic, returning {"reward": float, ...named parts as floats}; the reward lies in the spec's
+  [low, high]; malformed, empty or None answers must score (never raise). Module docstring states the formula.
+- README.md: what the task is, the reward, and the exact command to train it.
+- test_reward.py: plain `def test_...()` functions with asserts (no fixtures), importing with RELATIVE
+  imports (`from .reward import compute_reward`, `from . import make_instance`); cover the worked examples.
+- optionally one small data file (.json/.jsonl/.csv/.txt) read with `Path(__file__).parent / name`.
+
+Use relative imports inside the package (`from .reward import compute_reward`). Standard library and
+`openai` only. Every module starts with a docstring.
+
+Answer with every file in this exact format, nothing else between files:
+<<<FILE __init__.py>>>
+...file content...
+<<<END>>>
+"""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a task package goes and how it is imported."""
+
+    out: Path          # the folder holding packages
+    name: str
+    conf_dir: Path
+
+    @property
+    def package_dir(self) -> Path:
+        return self.out / self.name
+
+    @property
+    def module(self) -> str:
+        """``task.name`` in the config: ``<name>`` under experiments/, else ``<folder>.<name>``."""
+        if self.out.resolve() == EXPERIMENTS.resolve():
+            return self.name
+        return f"{self.out.name}.{self.name}"
+
+    @property
+    def import_root(self) -> Path:
+        """The sys.path entry that makes :attr:`module` importable."""
+        return REPO if self.out.resolve() == EXPERIMENTS.resolve() else self.out.resolve().parent
+
+    @property
+    def config_path(self) -> Path:
+        return self.conf_dir / "task" / f"{self.name}.yaml"
+
+
+def target_for(spec: TaskSpec, out: Path | str = EXPERIMENTS, conf_dir: Path | str = REPO / "conf") -> Target:
+    return Target(Path(out), spec.name, Path(conf_dir))
+
+
+TaskFiles = dict[str, str]
+
+
+def parse_files(text: str) -> TaskFiles:
+    """``{filename: content}`` from an answer in the ``<<<FILE name>>>`` format; checks names."""
+    files: TaskFiles = {}
+    for name, body in _FILE_RE.findall(text):
+        name = name.strip()
+        if "/" in name or "\\" in name or name.startswith(".") or not name.endswith(ALLOWED_SUFFIXES):
+            raise LLMError(f"file name {name!r} is not allowed (flat names ending in {', '.join(ALLOWED_SUFFIXES)})",
+                           raw=text)
+        files[name] = body.rstrip() + "\n"
+    return files
+
+
+def _example_task() -> str:
+    """The built-in echo task, shown to the LLM as the shape to follow."""
+    parts = []
+    for rel in ("echo/__init__.py", "echo/reward.py"):
+        path = EXPERIMENTS / rel
+        if path.exists():
+            parts.append(f"--- experiments/{rel} ---\n{path.read_text()}")
+    return "\n".join(parts)
+
+
+def generation_messages(spec: TaskSpec) -> list[dict[str, str]]:
+    spec_yaml = yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)
+    return [
+        {"role": "system", "content": "You write Python task packages for RL training of LLM agents.\n" + CONTRACT},
+        {"role": "user", "content": f"Task spec:\n{spec_yaml}\nA built-in task, for shape (it uses absolute imports; "
+                                    f"you must use relative ones):\n{_example_task()}\nWrite the package."},
+    ]
+
+
+def generate_files(llm: ChatLLM, spec: TaskSpec) -> TaskFiles:
+    """Ask the LLM for the package files; missing required files are an LLMError."""
+    answer = llm.complete(generation_messages(spec), stage="generate")
+    files = parse_files(answer)
+    missing = [f for f in REQUIRED if f not in files]
+    if missing:
+        raise LLMError(f"the answer lacks {', '.join(missing)} (expected <<<FILE name>>> blocks)", raw=answer)
+    return files
+
+
+def write_package(target: Target, files: TaskFiles) -> list[Path]:
+    """Write (or overwrite) the package files; files from an older attempt that are gone are removed."""
+    pkg = target.package_dir
+    pkg.mkdir(parents=True, exist_ok=True)
+    for old in pkg.glob("*"):
+        if old.is_file() and old.suffix in ALLOWED_SUFFIXES and old.name not in files and old.name != "spec.yaml":
+            old.unlink()
+    written = []
+    for name, body in files.items():
+        path = pkg / name
+        path.write_text(body)
+        written.append(path)
+    for cache in pkg.glob("__pycache__"):
+        for f in cache.glob("*"):
+            f.unlink()
+    return written
+
+
+def write_task_config(target: Target, spec: TaskSpec) -> Path:
+    """``conf/task/<name>.yaml`` in the built-in shape (``# @package _global_``, only what changes)."""
+    where = f"experiments/{spec.name}" if target.module == spec.name else f"{target.out}/{spec.name}"
+    text = (f"# @package _global_\n# {spec.summary} ({where}; generated by the research agent from spec.yaml).\n"
+            f"task:\n  name: {target.module}\n  group_size: {spec.group_size}\n  max_tokens: {spec.max_tokens}\n"
+            f"batching:\n  min_groups: 2\n")
+    target.config_path.parent.mkdir(parents=True, exist_ok=True)
+    target.config_path.write_text(text)
+    return target.config_path
