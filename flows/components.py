@@ -10,11 +10,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from swarm.gateway import GatewaySettings
 from swarm.policy import PolicyBackend, build_backend
 from swarm.pool import Pool
 from swarm.train import LoraSpec, TrainConfig
 
-__all__ = ["ConfigError", "model_path", "make_pool", "make_backend", "make_train_config", "lora_spec"]
+__all__ = ["ConfigError", "model_path", "make_pool", "make_backend", "make_train_config", "lora_spec",
+           "gateway_settings"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -103,3 +105,12 @@ def make_train_config(algo: dict[str, Any], temperature: float, pad_id: int) -> 
         return TrainConfig(**kw, lora=lora_spec(algo), temperature=temperature, pad_id=pad_id)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"algo: {exc}") from exc
+
+
+_GATEWAY_KEYS = ("base_url", "max_body_bytes", "max_whitebox_body_bytes", "max_tokens_cap", "max_n",
+                 "default_max_tokens", "default_episode_timeout_s", "sweep_interval_s")
+
+
+def gateway_settings(gateway: dict[str, Any]) -> GatewaySettings:
+    """GatewaySettings from the ``gateway`` config group and SWARM_* environment variables."""
+    return GatewaySettings.from_env(**{k: gateway[k] for k in _GATEWAY_KEYS if k in gateway})

@@ -16,18 +16,10 @@ import hydra
 import uvicorn
 from omegaconf import DictConfig, OmegaConf
 
-from flows.components import make_backend, make_pool
-from swarm.gateway import GatewaySettings, create_app
+from flows.components import gateway_settings, make_backend, make_pool
+from swarm.gateway import create_app
 
-__all__ = ["main", "serve", "gateway_settings"]
-
-_SETTINGS_KEYS = ("base_url", "max_body_bytes", "max_whitebox_body_bytes", "max_tokens_cap", "max_n",
-                  "default_max_tokens", "default_episode_timeout_s", "sweep_interval_s")
-
-
-def gateway_settings(gateway: dict[str, Any]) -> GatewaySettings:
-    """GatewaySettings from the ``gateway`` config group and SWARM_* environment variables."""
-    return GatewaySettings.from_env(**{k: gateway.get(k) for k in _SETTINGS_KEYS})
+__all__ = ["main", "serve"]
 
 
 @hydra.main(config_path="../conf", config_name="serve", version_base="1.3")

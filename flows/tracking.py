@@ -1,7 +1,9 @@
 """MLflow for the flows: one run per flow run, flattened config as params, slash-namespaced
 metrics with ``step`` = policy version, readable trajectories and merge stats as artifacts.
 
-Local SQLite store by default; ``MLFLOW_TRACKING_URI`` wins when set.
+Local SQLite store (``sqlite:///mlruns.db``) by default; ``MLFLOW_TRACKING_URI`` wins over that
+default, and an explicit ``mlflow.tracking_uri`` in the config wins over both (MLflow itself
+exports the variable on ``set_tracking_uri``, so the variable alone cannot mean "the user's choice").
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ __all__ = ["tracking_uri", "flatten", "open_run", "log_metrics", "render_traject
 
 
 def tracking_uri(configured: str | None) -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or configured or "sqlite:///mlruns.db"
+    return configured or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlruns.db"
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, str]:

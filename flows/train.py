@@ -22,7 +22,7 @@ from prefect.cache_policies import NONE
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import console, tracking
-from flows.components import lora_spec, make_backend, make_pool, make_train_config, model_path
+from flows.components import gateway_settings, lora_spec, make_backend, make_pool, make_train_config, model_path
 from flows.workers import start_workers
 from swarm import loop
 from swarm.errors import LeaseError
@@ -120,7 +120,8 @@ def train_flow(cfg: dict[str, Any]) -> dict[str, Any]:
     if cfg["train"].get("resume", True):
         for tr in trainers.values():
             _resume(tr, pool, backend)
-    stack = start_stack(pool, backend, host=cfg["gateway"]["host"], port=int(cfg["gateway"]["port"]))
+    stack = start_stack(pool, backend, gateway_settings(cfg["gateway"]), host=cfg["gateway"]["host"],
+                        port=int(cfg["gateway"]["port"]))
     stop = threading.Event()
     procs: list[subprocess.Popen] = []
     runner = cfg["runner"]

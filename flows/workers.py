@@ -1,14 +1,28 @@
 """Client workers for the training flow, as Prefect tasks: threads in this process
-(``runner=thread``) or ``python -m swarm.client`` subprocesses (``runner=process``), which can be
-killed and restarted at any time without disturbing the gateway or the trainer.
+(``runner=thread``), ``python -m swarm.client`` subprocesses (``runner=process``), which can be
+killed and restarted at any time without disturbing the gateway or the trainer, or Ray tasks
+through prefect-ray's ``RayTaskRunner`` (``runner=ray``) on a local loopback-only Ray or on an
+existing cluster (``runner.address``).
+
+Ray tasks cannot see the flow's ``threading.Event``: a small Ray actor carries the stop signal,
+set as soon as the flow sets ``stop``. Ray tasks report to the flow's Prefect API (the driver's
+``PREFECT_API_URL``, or ``runner.prefect_api_url`` for a cluster that must reach another
+address), so no worker starts a temporary Prefect server of its own. Nothing here starts a
+cluster on other machines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import random
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from prefect import task
@@ -16,7 +30,8 @@ from prefect.cache_policies import NONE
 
 from swarm.client import WorkerConfig, run_worker
 
-__all__ = ["worker_config", "thread_worker", "process_worker", "process_command", "start_workers"]
+__all__ = ["worker_config", "thread_worker", "process_worker", "process_command", "ray_worker", "RayWorkers",
+           "ray_init_kwargs", "start_ray_workers", "start_workers"]
 
 
 def worker_config(server: str, task_cfg: dict[str, Any], workers: int, seed: int | None,
@@ -66,6 +81,169 @@ def process_worker(cfg: WorkerConfig, stop: threading.Event, procs: list[subproc
     return restarts
 
 
+# -- runner=ray ---------------------------------------------------------------------------------
+
+# Loopback-only, offline Ray (../shared/ENVIRONMENT.md): no usage stats, no cloud-metadata probes.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+
+class _StopFlag:
+    """A Ray actor: the flow sets it, the worker tasks poll it."""
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+def _watch(flag: Any, stop: threading.Event, every_s: float = 0.5) -> None:
+    import ray
+
+    while not stop.is_set():
+        try:
+            if ray.get(flag.is_set.remote(), timeout=30):
+                stop.set()
+        except Exception:  # the flag actor (the driver) is gone: nobody will collect our episodes
+            stop.set()
+        stop.wait(every_s)
+
+
+@task(name="client-ray", cache_policy=NONE)
+def ray_worker(cfg: WorkerConfig, flag: Any) -> dict[str, Any]:
+    """Run episodes in threads inside a Ray worker until the flow sets the stop flag."""
+    stop = threading.Event()
+    threading.Thread(target=_watch, args=(flag, stop), name="swarm-ray-stop", daemon=True).start()
+    try:
+        return run_worker(cfg, stop)
+    finally:
+        stop.set()
+
+
+@contextlib.contextmanager
+def _scratch_env(env: dict[str, str]) -> Iterator[None]:
+    """Set ``env`` while Ray starts its processes (they inherit it), then restore ours."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _ray_home(runner: dict[str, Any]) -> Path:
+    """A scratch HOME whose ray_bootstrap_config.yaml says ``provider: local`` (no cloud probing)."""
+    home = Path(runner.get("home") or Path.cwd() / ".cache" / "ray_home").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    cfg = home / "ray_bootstrap_config.yaml"
+    if not cfg.exists():
+        cfg.write_text("# written by swarmpool (flows/workers.py): a local provider, so Ray probes no cloud\n"
+                       "provider: {type: local}\n")
+    return home
+
+
+def ray_init_kwargs(runner: dict[str, Any], env_vars: dict[str, str]) -> tuple[str | None, dict[str, Any]]:
+    """(address, ``ray.init`` kwargs) for ``runner``: a local loopback-only Ray when ``address`` is null."""
+    address = runner.get("address") or None
+    kw: dict[str, Any] = {"namespace": runner.get("namespace") or "swarmpool", "log_to_driver": False,
+                          "runtime_env": {"env_vars": dict(env_vars)}}
+    if address is None:
+        kw.update(include_dashboard=False, _node_ip_address=str(runner.get("node_ip") or "127.0.0.1"))
+        if runner.get("num_cpus") is not None:
+            kw["num_cpus"] = float(runner["num_cpus"])
+    return address, kw
+
+
+def _prefect_api_url(runner: dict[str, Any]) -> str | None:
+    """Where Ray tasks report their task runs: the flow's own Prefect API unless configured."""
+    if runner.get("prefect_api_url"):
+        return str(runner["prefect_api_url"])
+    from prefect.context import FlowRunContext
+    from prefect.settings import PREFECT_API_URL
+
+    if PREFECT_API_URL.value():
+        return str(PREFECT_API_URL.value())
+    ctx = FlowRunContext.get()
+    client = getattr(ctx, "client", None)
+    return str(client.api_url).rstrip("/") if client is not None else None  # the driver's temporary server
+
+
+class RayWorkers:
+    """The flow's handle on its Ray worker tasks: ``wait`` stops them and shuts the runner down."""
+
+    def __init__(self, runner: Any, flag: Any, futures: list[Any], stop: threading.Event) -> None:
+        self.runner, self.flag, self.futures, self._stop = runner, flag, futures, stop
+        self._closed = False
+        self._lock = threading.Lock()
+        threading.Thread(target=self._relay, name="swarm-ray-relay", daemon=True).start()
+
+    def _relay(self) -> None:
+        self._stop.wait()
+        self._signal()
+
+    def _signal(self) -> None:
+        import ray
+
+        with contextlib.suppress(Exception):  # Ray already shut down
+            ray.get(self.flag.set.remote(), timeout=30)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Set the stop flag, wait up to ``timeout`` s for the tasks, then leave the runner (once)."""
+        self._signal()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for f in self.futures:
+            f.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self.runner.__exit__(None, None, None)
+
+    def results(self) -> list[dict[str, Any]]:
+        return [f.result() for f in self.futures]
+
+
+def start_ray_workers(runner: dict[str, Any], server: str, task_cfg: dict[str, Any], seed: int | None,
+                      agree_every: int, stop: threading.Event) -> RayWorkers:
+    """Start ``runner.tasks`` Ray tasks, each running ``runner.workers`` concurrent episodes."""
+    import ray
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect_ray import RayTaskRunner
+    from prefect_ray.context import remote_options
+
+    api = _prefect_api_url(runner)
+    env = {**RAY_ENV, **{k: v for k, v in os.environ.items() if k.startswith(("PREFECT_", "SWARM_", "HF_"))}}
+    env.pop("SWARM_POOL_URL", None)  # workers talk to the gateway only
+    if api:
+        env["PREFECT_API_URL"] = api
+    address, init_kw = ray_init_kwargs(runner, env)
+    ray_runner = RayTaskRunner(address=address, init_kwargs=init_kw)
+    scratch = {**RAY_ENV, "HOME": str(_ray_home(runner))} if address is None else dict(RAY_ENV)
+    with _scratch_env(scratch):
+        ray_runner.__enter__()
+    try:
+        flag = ray.remote(num_cpus=0)(_StopFlag).remote()
+        futures = []
+        updates = {PREFECT_API_URL: api} if api else {}
+        with temporary_settings(updates=updates), remote_options(num_cpus=float(runner.get("task_cpus", 0.25))):
+            for i in range(int(runner.get("tasks", 1))):
+                base = None if seed is None else (seed * 1_000 + i) * 1_000_000  # disjoint seed streams per task
+                cfg = worker_config(runner.get("server") or server, task_cfg, int(runner["workers"]), base,
+                                    agree_every=agree_every)
+                cfg.client_id = f"ray-{i}-{random.randrange(1 << 30):x}"
+                futures.append(ray_runner.submit(ray_worker, {"cfg": cfg, "flag": flag}))
+    except BaseException:
+        ray_runner.__exit__(None, None, None)
+        raise
+    return RayWorkers(ray_runner, flag, futures, stop)
+
+
 def start_workers(runner: dict[str, Any], server: str, task_cfg: dict[str, Any], seed: int, agree_every: int,
                   stop: threading.Event, procs: list[subprocess.Popen]) -> list[Any]:
     """Submit the client workers the ``runner`` config group asks for; returns their Prefect futures."""
@@ -76,4 +254,6 @@ def start_workers(runner: dict[str, Any], server: str, task_cfg: dict[str, Any],
     if runner["kind"] == "thread":
         return [thread_worker.submit(worker_config(server, task_cfg, workers, seed * 1_000_000,
                                                    agree_every=agree_every), stop)]
-    raise ValueError(f"runner.kind={runner['kind']!r} is unknown; use thread or process")
+    if runner["kind"] == "ray":
+        return [start_ray_workers(runner, server, task_cfg, seed, agree_every, stop)]
+    raise ValueError(f"runner.kind={runner['kind']!r} is unknown; use thread, process or ray")

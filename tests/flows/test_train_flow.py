@@ -30,11 +30,116 @@ def test_default_echo_flow_two_updates(flow_config) -> None:
     assert {"config.json", "trajectories", "adapters"} <= set(artifacts)
     pool = Pool(cfg["pool"]["url"])
     try:
-        consumed = pool.query_steps(StepFilter(consumed=True), limit=1000)
+        consumed = pool.query_steps(StepFilter(consumed=True), limit=1000, with_tokens=True)
         assert consumed and all(s.response_logprobs and len(s.response_logprobs) == len(s.response_ids)
                                 for s in consumed)
         assert pool.latest_version("default") == 2
         # steps generated after the first publish carry a newer version
         assert max(s.policy_version for s in pool.query_steps(StepFilter(), limit=10_000)) >= 1
+    finally:
+        pool.close()
+
+
+def _consumed_per_policy(url: str) -> dict[str, int]:
+    pool = Pool(url)
+    try:
+        out: dict[str, int] = {}
+        for s in pool.query_steps(StepFilter(consumed=True), limit=100_000):
+            out[s.policy] = out.get(s.policy, 0) + 1
+        return out
+    finally:
+        pool.close()
+
+
+@pytest.mark.slow
+def test_echo_learns(flow_config) -> None:
+    """The default run on the tiny model raises the mean reward by >= 0.3 absolute (CPU, ~4 min)."""
+    import statistics
+
+    cfg = flow_config("train.updates=80")
+    summary = train_flow(cfg)
+    client = mlflow.tracking.MlflowClient(tracking_uri=cfg["mlflow"]["tracking_uri"])
+    hist = sorted(client.get_metric_history(summary["run_id"], "reward/mean"), key=lambda m: m.step)
+    rewards = [m.value for m in hist]
+    assert len(rewards) == 80
+    gain = statistics.fmean(rewards[-10:]) - statistics.fmean(rewards[:5])
+    print(f"echo reward: first 5 updates {statistics.fmean(rewards[:5]):.3f}, "
+          f"last 10 {statistics.fmean(rewards[-10:]):.3f}, gain {gain:+.3f}")
+    assert gain >= 0.3
+
+
+@pytest.mark.slow
+def test_werewolves_per_role_updates_every_policy(flow_config) -> None:
+    """Games are played, steps merged, two updates, and each role's own adapter is updated."""
+    cfg = flow_config("+task=werewolves_per_role", "train.updates=2")
+    summary = train_flow(cfg)
+    assert summary["status"] == "FINISHED" and summary["updates"] == 2
+    client = mlflow.tracking.MlflowClient(tracking_uri=cfg["mlflow"]["tracking_uri"])
+    metrics = client.get_run(summary["run_id"]).data.metrics
+    pool = Pool(cfg["pool"]["url"])
+    try:
+        for policy in ("villager", "seer", "witch", "hunter"):
+            assert pool.latest_version(policy) == 2, policy
+            assert f"merge/token_ratio/{policy}" in metrics
+        steps = pool.query_steps(StepFilter(task="werewolves"), limit=100_000, with_tokens=True)
+        assert {s.policy for s in steps} >= {"villager", "seer", "witch", "hunter"}
+        assert all(len(s.response_logprobs or []) == len(s.response_ids) for s in steps)
+        assert sum(bool(s.prefix_consistent) for s in steps if s.index > 0) > 0
+    finally:
+        pool.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["math", "cocktail"])
+def test_math_and_cocktail_two_updates(flow_config, task: str) -> None:
+    cfg = flow_config(f"+task={task}", "train.updates=2")
+    summary = train_flow(cfg)
+    assert summary["status"] == "FINISHED" and summary["updates"] == 2
+    assert _consumed_per_policy(cfg["pool"]["url"])["default"] > 0
+    if task == "cocktail":
+        client = mlflow.tracking.MlflowClient(tracking_uri=cfg["mlflow"]["tracking_uri"])
+        hist = client.get_run(summary["run_id"]).data.metrics
+        assert any(k.startswith("reward/echo/") or k.startswith("reward/math/") for k in hist)
+
+
+@pytest.mark.slow
+def test_killed_worker_does_not_stop_training(flow_config) -> None:
+    """kill -9 one worker process mid-episode: training goes on, its open episode ends abandoned."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    from swarm.records import EpisodeStatus
+
+    cfg = flow_config("runner=process", "runner.processes=2", "runner.workers=2", "train.updates=4",
+                      "task.episode_timeout_s=3", "gateway.sweep_interval_s=0.5", "batching.min_groups=1")
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.update(train_flow(cfg)), daemon=True)
+    t.start()
+    me = psutil.Process()
+    deadline = time.monotonic() + 240
+    victim = None
+    pool = Pool(cfg["pool"]["url"])
+    try:
+        while victim is None and time.monotonic() < deadline:
+            workers = [p for p in me.children(recursive=True) if "swarm.client" in " ".join(p.cmdline())]
+            opened = pool.query_episodes(StepFilter(episode_status=EpisodeStatus.open), limit=10)
+            if len(workers) == 2 and opened:
+                victim = workers[0]
+                os.kill(victim.pid, signal.SIGKILL)
+            time.sleep(0.2)
+        assert victim is not None, "no worker process with an open episode appeared"
+        t.join(timeout=300)
+        assert not t.is_alive() and result["status"] == "FINISHED" and result["updates"] == 4
+        deadline = time.monotonic() + 10
+        abandoned = []
+        while not abandoned and time.monotonic() < deadline:
+            abandoned = pool.query_episodes(StepFilter(episode_status=EpisodeStatus.abandoned), limit=100)
+            time.sleep(0.5)
+        assert abandoned, "the killed worker's open episode was not abandoned"
+        assert pool.count_steps(StepFilter(episode_status=EpisodeStatus.abandoned, consumed=True)) == 0
     finally:
         pool.close()
