@@ -17,6 +17,7 @@ from fastapi import Depends, FastAPI
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from swarm.dashboard import mount_dashboard
 from swarm.gateway import routes_episodes, routes_ingest, routes_openai, routes_pool, sync
 from swarm.gateway.deps import State
 from swarm.gateway.errors import install_error_handlers
@@ -121,4 +122,5 @@ def create_app(pool: Pool, backend: PolicyBackend, settings: GatewaySettings | N
 
     for module in (routes_openai, routes_episodes, routes_ingest, routes_pool, sync):
         app.include_router(module.router)
+    mount_dashboard(app)
     return app

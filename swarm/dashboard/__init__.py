@@ -1,0 +1,32 @@
+"""The data-lifecycle dashboard, served by the gateway at ``/dashboard``.
+
+Five views over the pool: Collection (what is coming in), Representation (what a step really
+is: messages, exact tokens, logprobs), Curation (the trainer's own :class:`~swarm.pool.StepFilter`
+and labels, with live counts and Parquet export), Optimization (what prefix merging saves per
+batch, and the prefix tree) and Consumption (leases, acks, staleness, reward per version).
+
+Everything ships in this package: one HTML page, a small vanilla-JS file and a stylesheet;
+charts are SVG rendered on the server. Reads go through bounded, indexed queries
+(:mod:`swarm.dashboard.queries`) and background-refreshed aggregates
+(:mod:`swarm.dashboard.snapshot`). It does not train, lease or change anything but labels.
+See docs/dashboard.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+__all__ = ["mount_dashboard", "STATIC_DIR"]
+
+STATIC_DIR = Path(__file__).parent / "static"
+
+
+def mount_dashboard(app: FastAPI) -> None:
+    """Add the dashboard's routes and static assets to a gateway app (``create_app`` does this)."""
+    from swarm.dashboard.routes import router
+
+    app.include_router(router)
+    app.mount("/dashboard/static", StaticFiles(directory=STATIC_DIR), name="dashboard-static")

@@ -1,0 +1,332 @@
+"""The dashboard's HTTP routes: the page at ``/dashboard`` and its JSON API under ``/dashboard/api``.
+
+Reads are open (like the pool read API); writes (labels, Parquet exports) need the admin token
+when one is configured. Filters are :class:`~swarm.pool.StepFilter` in the query string (or
+JSON body), parsed exactly like ``/v1/pool/steps``. Charts come back as SVG strings inside the
+JSON, rendered on the server. Errors use the gateway's JSON error shape.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import FileResponse, HTMLResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.background import BackgroundTask
+
+from swarm.dashboard import queries, svg
+from swarm.dashboard.optimization import load_sequences, merge_summary, tree_view
+from swarm.dashboard.snapshot import Aggregates, MergeCache, RateCache
+from swarm.errors import NotFoundError
+from swarm.gateway.auth import Caller
+from swarm.gateway.deps import State, admin_caller
+from swarm.gateway.errors import ApiError
+from swarm.gateway.routes_pool import parse_filter, step_json
+from swarm.gateway.state import GatewayState
+from swarm.pool import StepFilter
+
+__all__ = ["router", "DashboardState"]
+
+router = APIRouter(tags=["dashboard"], include_in_schema=True)
+_HERE = Path(__file__).parent
+_CONTROL = {"limit", "offset", "order", "exact", "cap", "window_s", "lease_id", "group_id", "policy", "staleness"}
+_MAX_TOKENS_SHOWN = 8000
+
+
+class DashboardState:
+    """Per-app caches (see :mod:`swarm.dashboard.snapshot`)."""
+
+    def __init__(self, gateway: GatewayState) -> None:
+        self.aggregates = Aggregates(gateway.pool)
+        self.rates = RateCache(gateway.pool)
+        self.merges = MergeCache()
+
+
+def _dash(request: Request) -> DashboardState:
+    st = getattr(request.app.state, "dashboard", None)
+    if st is None:
+        st = request.app.state.dashboard = DashboardState(request.app.state.gateway)
+    return st
+
+
+def _split(request: Request) -> tuple[dict[str, str], StepFilter]:
+    q = request.query_params
+    dup = [k for k in q.keys() if len(q.getlist(k)) > 1]
+    if dup:
+        raise ApiError(400, f"query parameter {dup[0]!r} is given more than once", param=dup[0])
+    control = {k: v for k, v in q.items() if k in _CONTROL}
+    raw = {k: v for k, v in q.items() if k not in _CONTROL and v != ""}
+    if "group_ids" in raw:
+        raw["group_ids"] = [g for g in raw["group_ids"].split(",") if g]
+    return control, parse_filter(raw)
+
+
+def _num(control: dict[str, str], key: str, default: float, lo: float, hi: float) -> float:
+    try:
+        v = float(control.get(key, default))
+    except ValueError:
+        raise ApiError(400, f"{key} must be a number", param=key, code="invalid_value") from None
+    if not lo <= v <= hi:
+        raise ApiError(400, f"{key} must be in [{lo:g}, {hi:g}]", param=key, code="invalid_value")
+    return v
+
+
+# ------------------------------------------------------------------------------------------ page
+@router.get("/dashboard", response_class=HTMLResponse, include_in_schema=False)
+@router.get("/dashboard/", response_class=HTMLResponse, include_in_schema=False)
+async def page(request: Request) -> HTMLResponse:
+    """The single-page dashboard (five views, polling its JSON API)."""
+    root = request.scope.get("root_path", "").rstrip("/") + "/dashboard"
+    html = (_HERE / "templates" / "index.html").read_text(encoding="utf-8").replace("{{ root }}", root)
+    return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+
+
+# ------------------------------------------------------------------------------------ collection
+@router.get("/dashboard/api/collection")
+async def collection(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """Steps and episodes per source / task / policy / status, step rates, active clients."""
+    control, _ = _split(request)
+    window = _num(control, "window_s", 600, 60, 30 * 86400)
+    dash = _dash(request)
+    agg = await state.db(dash.aggregates.current)
+    rates = await state.db(dash.rates.series, window, 60)
+    clients = await state.db(queries.open_by_client, state.pool)
+    recent = await state.db(queries.recent_episodes, state.pool, 12)
+    active, agreed = state.sync.snapshot()
+    known = {c["client_id"] for c in clients}
+    now = time.time()
+    for c in clients:
+        c["idle_s"] = round(now - c.pop("last_seen"), 1)
+        c["agreed"] = c["client_id"] in agreed
+    clients += [{"client_id": c, "open_episodes": 0, "idle_s": None, "task": None, "agreed": c in agreed}
+                for c in sorted(active - known)]
+    chart = svg.line_chart({k: [tuple(p) for p in v] for k, v in rates["series"].items()},
+                           "steps per second by source", y_label="steps/s")
+    return {"as_of": now, "steps": agg["steps"], "episodes": agg["episodes"], "snapshot": agg["snapshot"],
+            "rates": {"window_s": window, "bucket_s": rates["bucket_s"], "counts": rates["counts"]},
+            "clients": clients, "recent_episodes": recent, "charts": {"rates": chart}}
+
+
+# -------------------------------------------------------------------------------- representation
+@router.get("/dashboard/api/steps")
+async def steps(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """One page of steps matching a filter, newest first by default; ``has_more`` instead of a total."""
+    control, f = _split(request)
+    limit = int(_num(control, "limit", 50, 1, 500))
+    offset = int(_num(control, "offset", 0, 0, 10_000_000))
+    order = control.get("order", "-created")
+    if order not in ("-created", "created", "episode"):
+        raise ApiError(400, "order must be '-created', 'created' or 'episode'", param="order", code="invalid_value")
+    rows = await state.db(queries.step_rows, state.pool, f, limit + 1, offset, order)
+    return {"data": rows[:limit], "has_more": len(rows) > limit, "limit": limit, "offset": offset}
+
+
+def _pieces(backend: Any, policy: str, ids: list[int]) -> list[str] | None:
+    try:
+        return [backend.decode(policy, [t]) for t in ids]
+    except Exception:  # a backend without this policy's tokenizer: the view shows ids only
+        return None
+
+
+@router.get("/dashboard/api/steps/{step_id}")
+async def step_detail(step_id: str, state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """One step with tokens, decoded pieces, labels, its episode and the episode's other steps."""
+    step = await state.db(state.pool.get_step, step_id, with_tokens=True)
+    d = step_json(step, True)
+    prompt, response = list(step.prompt_ids), list(step.response_ids)
+    cut = max(0, len(prompt) + len(response) - _MAX_TOKENS_SHOWN)
+    cut = min(cut, len(prompt))
+    d["tokens_view"] = {
+        "prompt_skipped": cut,
+        "prompt": prompt[cut:],
+        "response": response,
+        "prompt_pieces": await state.cpu(_pieces, state.backend, step.policy, prompt[cut:]),
+        "response_pieces": await state.cpu(_pieces, state.backend, step.policy, response),
+    }
+    ep = await state.db(state.pool.get_episode, step.episode_id)
+    siblings = await state.db(queries.step_rows, state.pool, StepFilter(episode_id=step.episode_id,
+                                                                        include_excluded=True), 500, 0, "episode")
+    labels = await state.db(queries.labels_of, state.pool, [step.step_id, step.episode_id])
+    d["episode"] = ep.model_dump(mode="json")
+    d["episode_steps"] = siblings
+    d["labels"] = {"step": labels.get(step.step_id, []), "episode": labels.get(step.episode_id, [])}
+    return d
+
+
+# -------------------------------------------------------------------------------------- curation
+@router.get("/dashboard/api/count")
+async def count(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """Live counts for a filter: matching steps and episodes (capped unless ``exact=true``)."""
+    control, f = _split(request)
+    exact = control.get("exact", "false").lower() in ("1", "true", "yes")
+    cap = None if exact else int(_num(control, "cap", 100_000, 1, 10_000_000))
+    t0 = time.perf_counter()
+    out = await state.db(queries.capped_count, state.pool, f, cap)
+    avail = await state.db(queries.capped_count, state.pool,
+                           f.model_copy(update={"consumed": False}) if f.consumed is None else f, cap)
+    out["unconsumed"] = avail["steps"]
+    out["unconsumed_capped"] = avail["steps_capped"]
+    out["elapsed_ms"] = round(1e3 * (time.perf_counter() - t0), 1)
+    out["cap"] = cap
+    out["filter"] = f.model_dump(mode="json", exclude_defaults=True)
+    return out
+
+
+@router.get("/dashboard/api/curation")
+async def curation(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """The trainer's filter for a policy (what its next lease takes), known values and recent labels."""
+    control, _ = _split(request)
+    policy = control.get("policy") or "default"
+    version = await state.db(state.pool.latest_version, policy)
+    staleness = int(_num(control, "staleness", 1, 0, 1_000_000))  # flows' train.max_staleness default
+    trainer = StepFilter.trainable(policy=policy, max_staleness=staleness, current_version=version)
+    labels = await state.db(queries.recent_labels, state.pool, 30)
+    agg = await state.db(_dash(request).aggregates.current)
+    return {"trainer_filter": trainer.model_dump(mode="json", exclude_defaults=True),
+            "latest_version": version, "recent_labels": labels,
+            "values": {"policy": sorted(agg["steps"]["by_policy"]), "task": sorted(agg["steps"]["by_task"]),
+                       "source": sorted(agg["steps"]["by_source"])},
+            "admin_token_required": state.settings.admin_token is not None}
+
+
+class LabelsIn(BaseModel):
+    """Label (and optionally exclude) steps or episodes."""
+
+    model_config = ConfigDict(extra="forbid")
+    target: Literal["step", "episode"]
+    target_ids: list[str] = Field(min_length=1, max_length=1000)
+    label: str = Field(min_length=1, max_length=256)
+    exclude: bool = False
+    note: str = Field(default="", max_length=10_000)
+
+
+@router.post("/dashboard/api/labels")
+async def add_labels(body: LabelsIn, caller: Caller = Depends(admin_caller),
+                     state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """Label each target; ``exclude: true`` keeps it out of every filter that does not ask for it,
+    the trainer's lease included."""
+    pool = state.pool
+
+    def run() -> list[dict[str, Any]]:
+        return [pool.label(body.target, t, body.label, exclude=body.exclude, note=body.note).model_dump(mode="json")
+                for t in dict.fromkeys(body.target_ids)]
+
+    return {"labels": await state.write(run)}
+
+
+class ExportIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    filter: dict[str, Any] = Field(default_factory=dict)
+    with_tokens: bool = True
+
+
+@router.post("/dashboard/api/export")
+async def export(body: ExportIn, caller: Caller = Depends(admin_caller),
+                 state: GatewayState = Depends(State)) -> FileResponse:
+    """The steps matching ``filter`` as a Parquet file (with exact token ids and logprobs by default)."""
+    f = parse_filter(body.filter)
+    fd, path = tempfile.mkstemp(prefix="swarm-export-", suffix=".parquet")
+    os.close(fd)
+    try:
+        n = await state.db(state.pool.export_parquet, f, path, with_tokens=body.with_tokens)
+    except BaseException:
+        os.unlink(path)
+        raise
+    name = time.strftime("swarm-steps-%Y%m%d-%H%M%S.parquet")
+    return FileResponse(path, media_type="application/vnd.apache.parquet", filename=name,
+                        headers={"X-Rows": str(n)}, background=BackgroundTask(os.unlink, path))
+
+
+# ---------------------------------------------------------------------------------- optimization
+async def _batch_stats(state: GatewayState, dash: DashboardState, lease: dict[str, Any]) -> dict[str, Any]:
+    cached = dash.merges.get(lease["lease_id"])
+    if cached is not None:
+        return cached
+    seqs = await state.db(load_sequences, state.pool, lease_id=lease["lease_id"])
+    stats = await state.cpu(merge_summary, seqs)
+    if lease["state"] == "acked":  # a trained batch never changes
+        dash.merges.put(lease["lease_id"], stats)
+    return stats
+
+
+@router.get("/dashboard/api/optimization")
+async def optimization(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """Merge savings per batch (lease) over time, and the prefix tree of one batch or group."""
+    control, _ = _split(request)
+    dash = _dash(request)
+    leases = await state.db(queries.recent_leases, state.pool, 30)
+    batches = []
+    for ls in leases:
+        st = await _batch_stats(state, dash, ls)
+        batches.append({"lease_id": ls["lease_id"], "state": ls["state"], "created_at": ls["created_at"],
+                        "consumed_version": ls["consumed_version"], "steps": st["steps"],
+                        **{m: st[m] for m in ("none", "timeline", "tree")}})
+    series = {f"{m} saving %": [(b["created_at"], b[m]["saving_pct"]) for b in batches if b["steps"]]
+              for m in ("timeline", "tree")}
+    tokens = {"before": [(b["created_at"], b["tree"]["tokens_before"]) for b in batches if b["steps"]],
+              "after (tree)": [(b["created_at"], b["tree"]["tokens_after"]) for b in batches if b["steps"]]}
+    lease_id, group_id = control.get("lease_id") or None, control.get("group_id") or None
+    if lease_id is None and group_id is None:
+        lease_id = next((b["lease_id"] for b in batches if b["steps"]), None)
+    selected = None
+    if lease_id is not None or group_id is not None:
+        seqs = await state.db(load_sequences, state.pool, lease_id=lease_id, group_id=group_id)
+        if not seqs:
+            raise NotFoundError("no steps in this batch or group", lease_id=lease_id, group_id=group_id)
+        selected = {"lease_id": lease_id, "group_id": group_id,
+                    "merge": await state.cpu(merge_summary, seqs),
+                    "tree": await state.cpu(tree_view, seqs, state.backend.decode)}
+    return {"batches": batches, "selected": selected,
+            "charts": {"saving": svg.line_chart(series, "saving per batch", y_label="% tokens saved"),
+                       "tokens": svg.line_chart(tokens, "tokens per batch", y_label="tokens")}}
+
+
+# ----------------------------------------------------------------------------------- consumption
+@router.get("/dashboard/api/consumption")
+async def consumption(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """Leases and acks over time, steps consumed per version, staleness, reward per version."""
+    dash = _dash(request)
+    agg = await state.db(dash.aggregates.current)
+    now = time.time()
+    leases = await state.db(queries.recent_leases, state.pool, 500)
+    totals = await state.db(queries.lease_totals, state.pool, now)
+    versions = await state.db(queries.policy_versions, state.pool, 200)
+    cum_leased, cum_acked, a, b = [], [], 0, 0
+    for ls in sorted(leases, key=lambda x: x["created_at"]):
+        a += ls["n_steps"]
+        cum_leased.append((ls["created_at"], a))
+        if ls["state"] == "acked":
+            b += ls["n_steps"]
+            cum_acked.append((ls["created_at"], b))
+    vers = agg["versions"]
+    policies = sorted({v["policy"] for v in vers})
+    reward = {p: [(v["version"], v["reward_mean"]) for v in vers if v["policy"] == p and v["reward_mean"] is not None]
+              for p in policies}
+    consumed_versions = sorted({v["version"] for v in vers if v["consumed_by_this_update"]})
+    consumed = {p: [next((v["consumed_by_this_update"] for v in vers if v["policy"] == p and v["version"] == cv), 0)
+                    for cv in consumed_versions] for p in policies}
+    made = sorted({v["version"] for v in vers})
+    generated = {p: [next((v["steps"] for v in vers if v["policy"] == p and v["version"] == mv), 0) for mv in made]
+                 for p in policies}
+    stale = agg["staleness"]
+    charts = {
+        "leases": svg.line_chart({"steps leased": cum_leased, "steps acked": cum_acked},
+                                 "leases and acks over time", y_label="steps (cumulative, recent leases)"),
+        "consumed": svg.bar_chart([f"v{v}" for v in consumed_versions], consumed,
+                                  "steps consumed by the update that made each version", y_label="steps"),
+        "generated": svg.bar_chart([f"v{v}" for v in made], generated, "steps generated per policy version",
+                                   y_label="steps"),
+        "staleness": svg.bar_chart([str(k) for k in stale], {"steps": list(stale.values())},
+                                   "staleness of consumed steps (versions behind the trainer)", y_label="steps"),
+        "reward": svg.line_chart(reward, "mean final reward per policy version", time_axis=False, y_min=None,
+                                 y_label="reward", x_label="policy version"),
+    }
+    return {"as_of": now, "lease_totals": totals, "versions": vers, "staleness": stale,
+            "steps": agg["steps"], "snapshot": agg["snapshot"],
+            "recent_leases": [{k: v for k, v in ls.items() if k != "filter"} for ls in leases[:20]],
+            "policy_versions": versions[:50], "charts": charts}
