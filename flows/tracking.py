@@ -34,11 +34,14 @@ def flatten(cfg: Any, prefix: str = "") -> dict[str, str]:
 
 
 def open_run(uri: str | None, experiment: str, run_name: str, config: dict[str, Any],
-             nested: bool = False) -> mlflow.ActiveRun:
-    """Start the run, log params and the resolved config; the caller ends it (``with``)."""
+             nested: bool = False, parent_run_id: str | None = None) -> mlflow.ActiveRun:
+    """Start the run, log params and the resolved config; the caller ends it (``with``).
+
+    ``nested``: a child of the active run; ``parent_run_id``: a child of that run (another process).
+    """
     mlflow.set_tracking_uri(tracking_uri(uri))
     mlflow.set_experiment(experiment)
-    run = mlflow.start_run(run_name=run_name, nested=nested)
+    run = mlflow.start_run(run_name=run_name, nested=nested, parent_run_id=parent_run_id)
     mlflow.log_params(flatten(config))
     mlflow.log_dict(config, "config.json")
     return run

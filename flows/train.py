@@ -129,7 +129,9 @@ def train_flow(cfg: dict[str, Any]) -> dict[str, Any]:
     run_name = cfg.get("run_name") or f"{task_name}-{time.strftime('%Y%m%d-%H%M%S')}"
     history: list[dict[str, float]] = []
     agree_every = int(cfg["batching"].get("agree_every", 0))
-    with tracking.open_run(cfg["mlflow"]["tracking_uri"], cfg["mlflow"]["experiment"], run_name, cfg) as run:
+    mcfg = cfg["mlflow"]  # nested / parent_run_id: set by flows.campaign for sweep members
+    with tracking.open_run(mcfg["tracking_uri"], mcfg["experiment"], run_name, cfg, nested=bool(mcfg.get("nested")),
+                           parent_run_id=mcfg.get("parent_run_id")) as run:
         futures = start_workers(runner, stack.url, cfg["task"], int(cfg["seed"]), agree_every, stop, procs)
         status = "FINISHED"
         t_eval = time.time()
