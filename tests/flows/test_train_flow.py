@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import mlflow
 import pytest
 
@@ -117,12 +119,13 @@ def test_killed_worker_does_not_stop_training(flow_config) -> None:
     cfg = flow_config("runner=process", "runner.processes=2", "runner.workers=2", "train.updates=4",
                       "task.episode_timeout_s=3", "gateway.sweep_interval_s=0.5", "batching.min_groups=1")
     result: dict = {}
+    Path(cfg["train"]["out_dir"]).mkdir(parents=True, exist_ok=True)
+    pool = Pool(cfg["pool"]["url"])
     t = threading.Thread(target=lambda: result.update(train_flow(cfg)), daemon=True)
     t.start()
     me = psutil.Process()
     deadline = time.monotonic() + 240
     victim = None
-    pool = Pool(cfg["pool"]["url"])
     try:
         while victim is None and time.monotonic() < deadline:
             workers = [p for p in me.children(recursive=True) if "swarm.client" in " ".join(p.cmdline())]
