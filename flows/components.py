@@ -16,7 +16,7 @@ from swarm.pool import Pool
 from swarm.train import LoraSpec, TrainConfig
 
 __all__ = ["ConfigError", "model_path", "make_pool", "make_backend", "make_train_config", "lora_spec",
-           "gateway_settings"]
+           "gateway_settings", "trainer_model_path"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,8 +73,21 @@ def make_backend(model: dict[str, Any], policies: list[str], lora: LoraSpec | No
         return build_backend("hf", model_path=model_path(model), policies=list(policies), lora=peft,
                              device=model.get("device", "cpu"), dtype=model.get("dtype", "float32"),
                              max_batch_size=int(model.get("max_batch_size", 16)))
-    kwargs = {k: v for k, v in model.items() if k not in ("backend", "name")}
+    kwargs = {k: v for k, v in model.items() if k not in ("backend", "name", "path", "warmup", "seed")}
+    if kind == "vllm" and lora is not None:
+        kwargs.setdefault("lora", {"r": lora.rank, "alpha": lora.alpha, "target_modules": list(lora.target_modules)})
     return build_backend(kind, policies=list(policies), **kwargs)
+
+
+def trainer_model_path(model: dict[str, Any]) -> str:
+    """Weights the trainer loads: the served checkpoint (hf), else ``model.path`` / ``tokenizer_path``."""
+    if model.get("backend") == "hf":
+        return model_path(model)
+    path = model.get("path") or model.get("tokenizer_path")
+    if not path:
+        raise ConfigError("model.path is missing: the trainer needs the base weights of the served model "
+                          "(an HF id or a local folder), e.g. model.path=Qwen/Qwen2.5-7B-Instruct")
+    return str(path)
 
 
 def _make_fleet(model: dict[str, Any], policies: list[str], lora: LoraSpec | None) -> PolicyBackend:

@@ -22,7 +22,14 @@ from prefect.cache_policies import NONE
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import console, tracking
-from flows.components import gateway_settings, lora_spec, make_backend, make_pool, make_train_config, model_path
+from flows.components import (
+    gateway_settings,
+    lora_spec,
+    make_backend,
+    make_pool,
+    make_train_config,
+    trainer_model_path,
+)
 from flows.workers import start_workers
 from swarm import loop
 from swarm.errors import LeaseError
@@ -113,7 +120,7 @@ def train_flow(cfg: dict[str, Any]) -> dict[str, Any]:
     policies = list(cfg["policies"])
     pool = make_pool(cfg["pool"])
     backend = make_backend(cfg["model"], policies, lora_spec(cfg["algo"]))
-    path = model_path(cfg["model"]) if cfg["model"].get("backend") == "hf" else cfg["model"].get("path")
+    path = trainer_model_path(cfg["model"])
     tc = make_train_config(cfg["algo"], float(cfg["task"]["temperature"]),
                            pad_id=int(getattr(getattr(backend, "tokenizer", None), "pad_token_id", 0) or 0))
     trainers = {p: Trainer.from_pretrained(path, tc, policy=p, backend=backend, out_dir=out) for p in policies}
