@@ -9,6 +9,7 @@ Every stage is a Prefect task wrapping a plain ``swarm`` function.
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import threading
 import time
@@ -201,6 +202,8 @@ def _log_samples(steps: list, backend: Any, policy: str, version: int, n: int) -
 
 @hydra.main(version_base=None, config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> None:
+    # the progress bar and summary table are the console view; per-task-run lines are noise
+    logging.getLogger("prefect.task_runs").setLevel(logging.WARNING)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
     train_flow(resolved)
