@@ -34,7 +34,7 @@ __all__ = ["router", "DashboardState"]
 
 router = APIRouter(tags=["dashboard"], include_in_schema=True)
 _HERE = Path(__file__).parent
-_CONTROL = {"limit", "offset", "order", "exact", "cap", "window_s", "lease_id", "group_id", "policy", "staleness"}
+_CONTROL = frozenset({"limit", "offset", "order", "exact", "cap", "window_s"})
 _MAX_TOKENS_SHOWN = 8000
 
 
@@ -54,13 +54,15 @@ def _dash(request: Request) -> DashboardState:
     return st
 
 
-def _split(request: Request) -> tuple[dict[str, str], StepFilter]:
+def _split(request: Request, extra: frozenset[str] = frozenset()) -> tuple[dict[str, str], StepFilter]:
+    """(control parameters, the StepFilter made of all other query parameters)."""
+    keys = _CONTROL | extra
     q = request.query_params
     dup = [k for k in q.keys() if len(q.getlist(k)) > 1]
     if dup:
         raise ApiError(400, f"query parameter {dup[0]!r} is given more than once", param=dup[0])
-    control = {k: v for k, v in q.items() if k in _CONTROL}
-    raw = {k: v for k, v in q.items() if k not in _CONTROL and v != ""}
+    control = {k: v for k, v in q.items() if k in keys}
+    raw = {k: v for k, v in q.items() if k not in keys and v != ""}
     if "group_ids" in raw:
         raw["group_ids"] = [g for g in raw["group_ids"].split(",") if g]
     return control, parse_filter(raw)
@@ -180,8 +182,8 @@ async def count(request: Request, state: GatewayState = Depends(State)) -> dict[
 @router.get("/dashboard/api/curation")
 async def curation(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
     """The trainer's filter for a policy (what its next lease takes), known values and recent labels."""
-    control, _ = _split(request)
-    policy = control.get("policy") or "default"
+    control, f = _split(request, frozenset({"staleness"}))
+    policy = f.policy or "default"
     version = await state.db(state.pool.latest_version, policy)
     staleness = int(_num(control, "staleness", 1, 0, 1_000_000))  # flows' train.max_staleness default
     trainer = StepFilter.trainable(policy=policy, max_staleness=staleness, current_version=version)
@@ -257,7 +259,7 @@ async def _batch_stats(state: GatewayState, dash: DashboardState, lease: dict[st
 @router.get("/dashboard/api/optimization")
 async def optimization(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
     """Merge savings per batch (lease) over time, and the prefix tree of one batch or group."""
-    control, _ = _split(request)
+    control, _ = _split(request, frozenset({"lease_id", "group_id"}))
     dash = _dash(request)
     leases = await state.db(queries.recent_leases, state.pool, 30)
     batches = []

@@ -1,0 +1,104 @@
+"""Dashboard fixtures: a real gateway with real traffic, and a headless Chromium driven by playwright."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from populate import populate
+
+from swarm.gateway import GatewaySettings
+from swarm.policy.echo import EchoBackend
+from swarm.pool import Pool
+from swarm.stack import start_stack
+
+ADMIN = "dash-admin-token"
+# Debian's chromium, loopback only (see shared/ENVIRONMENT.md "Browser tests")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+    "--disable-component-update", "--no-first-run", "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE localhost , EXCLUDE 127.0.0.1",
+]
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    """A headless Chromium (skips when chromium or playwright is not installed)."""
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium); .ci/run installs it")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install playwright; the dev extra has it)")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+class Page:
+    """A browser page that records console errors and uncaught exceptions."""
+
+    def __init__(self, browser: Any, base: str) -> None:
+        self.ctx = browser.new_context(viewport={"width": 1360, "height": 900}, accept_downloads=True)
+        self.page = self.ctx.new_page()
+        self.base = base
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(f"console.{m.type}: {m.text}")
+                     if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
+        self.page.on("requestfailed", lambda r: self.errors.append(f"requestfailed: {r.url}"))
+
+    def view(self, name: str) -> Any:
+        """Open a view and wait until its data has rendered once."""
+        p = self.page
+        if p.url.startswith(self.base + "/dashboard"):
+            p.evaluate(f"location.hash = '#{name}'")
+        else:
+            p.goto(f"{self.base}/dashboard#{name}")
+        p.wait_for_selector(f"body[data-loaded='{name}']", timeout=20_000)
+        return p
+
+    def shot(self, name: str) -> None:
+        """Screenshot into $SWARM_SCREENSHOTS_DIR (e.g. docs/img) when set."""
+        out = os.environ.get("SWARM_SCREENSHOTS_DIR")
+        if out:
+            Path(out).mkdir(parents=True, exist_ok=True)
+            self.page.screenshot(path=str(Path(out) / f"dashboard-{name}.png"), full_page=True)
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+@pytest.fixture(scope="module")
+def dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A gateway (admin token set) over a fresh pool, after real traffic and two training rounds."""
+    d = tmp_path_factory.mktemp("dash")
+    pool = Pool(f"sqlite:///{d / 'pool.db'}")
+    backend = EchoBackend()
+    stack = start_stack(pool, backend, GatewaySettings(admin_token=ADMIN))
+    try:
+        ids = populate(stack.url, pool, backend, headers={"Authorization": f"Bearer {ADMIN}"})
+        yield {"url": stack.url, "pool": pool, "backend": backend, "ids": ids, "stack": stack}
+    finally:
+        stack.stop()
+        pool.close()
+
+
+@pytest.fixture
+def open_page(chromium: Any) -> Iterator[Callable[[str], Page]]:
+    pages: list[Page] = []
+
+    def make(base: str) -> Page:
+        p = Page(chromium, base)
+        pages.append(p)
+        return p
+
+    yield make
+    for p in pages:
+        p.close()
