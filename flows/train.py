@@ -179,6 +179,8 @@ def train_flow(cfg: dict[str, Any]) -> dict[str, Any]:
             stack.stop()
             for tr in trainers.values():
                 tracking.log_dir(out / "adapters" / tr.policy, f"adapters/{tr.policy}")
+            merge_rows = [{k: v for k, v in row.items() if k.startswith("merge/")} for row in history]
+            tracking.mlflow.log_dict({"per_update": merge_rows}, "merge_stats.json")
             tracking.mlflow.end_run(status)
             pool.close()
         summary = console.summary(history, run.info.run_id, status)

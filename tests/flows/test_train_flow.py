@@ -21,21 +21,24 @@ def _run_metrics(uri: str, run_id: str) -> tuple[dict, list[str]]:
 
 
 def test_default_echo_flow_two_updates(flow_config) -> None:
-    cfg = flow_config("train.updates=2", "batching.min_groups=2")
+    cfg = flow_config("train.updates=2", "batching.min_groups=2", "task.eval_every=2")
     summary = train_flow(cfg)
     assert summary["status"] == "FINISHED" and summary["updates"] == 2
     run, artifacts = _run_metrics(cfg["mlflow"]["tracking_uri"], summary["run_id"])
-    for key in ("reward/mean", "train/loss", "merge/token_ratio", "pool/staleness", "throughput/steps_per_s"):
+    for key in ("reward/mean", "train/loss", "merge/token_ratio", "pool/staleness", "throughput/steps_per_s",
+                "eval/reward"):
         assert key in run.data.metrics, key
     assert run.data.metrics["merge/token_ratio"] > 1.0  # a group of 8 shares its prompt
     assert run.data.params["task.name"] == "echo"
-    assert {"config.json", "trajectories", "adapters"} <= set(artifacts)
+    assert {"config.json", "trajectories", "adapters", "merge_stats.json"} <= set(artifacts)
     pool = Pool(cfg["pool"]["url"])
     try:
         consumed = pool.query_steps(StepFilter(consumed=True), limit=1000, with_tokens=True)
         assert consumed and all(s.response_logprobs and len(s.response_logprobs) == len(s.response_ids)
                                 for s in consumed)
         assert pool.latest_version("default") == 2
+        evals = pool.query_episodes(StepFilter(episode_type="eval"), limit=1000)
+        assert evals and not any(s.episode_id in {e.episode_id for e in evals} for s in consumed)
         # steps generated after the first publish carry a newer version
         assert max(s.policy_version for s in pool.query_steps(StepFilter(), limit=10_000)) >= 1
     finally:
