@@ -34,6 +34,7 @@ import torch
 from swarm.errors import BackendError, ConflictError, ContextLengthError, NotFoundError, ValidationError
 from swarm.policy._decode import Row, decode_batch
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta
+from swarm.policy.chat import LocalTokenizer
 from swarm.policy.lora import DEFAULT_LORA, attach_adapters, get_adapter_state, load_adapter_state, load_base_state
 from swarm.policy.tiny import load_template
 from swarm.policy.toolcalls import parse_tool_calls
@@ -57,7 +58,7 @@ class _Job:
     finals: dict[int, Generation] = field(default_factory=dict)
 
 
-class HFBackend:
+class HFBackend(LocalTokenizer):
     """transformers backend implementing :class:`~swarm.policy.base.PolicyBackend`.
 
     ``policies``: a list of names (each gets an adapter built from ``lora`` when ``lora`` is given,
@@ -168,28 +169,9 @@ class HFBackend:
         self._check_policy(policy)
         return self._lora_cfg[policy] is not None
 
-    def render_chat(
-        self,
-        policy: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        add_generation_prompt: bool,
-    ) -> str:
+    def _tokenizer_for(self, policy: str) -> Any:
         self._check_policy(policy)
-        try:
-            return self.tokenizer.apply_chat_template(
-                messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
-            )
-        except Exception as e:  # jinja raises many types; a bad message list is the caller's error
-            raise ValidationError(f"messages: the chat template failed: {e}", policy=policy) from e
-
-    def encode(self, policy: str, text: str) -> list[int]:
-        self._check_policy(policy)
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def decode(self, policy: str, ids: list[int]) -> str:
-        self._check_policy(policy)
-        return self.tokenizer.decode(ids, skip_special_tokens=False)
+        return self.tokenizer
 
     # ----------------------------------------------------------------------------- protocol: generation
     async def generate(self, request: GenerateRequest) -> list[Generation]:

@@ -21,6 +21,7 @@ import httpx
 from swarm.errors import BackendError, NotFoundError
 from swarm.policy._http import post_json, sse_events, token_id
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta
+from swarm.policy.chat import LocalTokenizer
 
 __all__ = ["UpstreamBackend"]
 
@@ -59,7 +60,7 @@ def _norm_tool_calls(calls: Any) -> list[dict[str, Any]]:
     return out
 
 
-class UpstreamBackend:
+class UpstreamBackend(LocalTokenizer):
     """Client of an OpenAI-compatible server implementing :class:`~swarm.policy.base.PolicyBackend`.
 
     ``policies``: names served (a list: each maps to ``model``, or to itself when ``model`` is
@@ -105,7 +106,7 @@ class UpstreamBackend:
             raise NotFoundError(f"unknown policy {policy!r}; served: {sorted(self._models)}", policy=policy)
         return self._models[policy]
 
-    def _tok(self, policy: str) -> Any:
+    def _tokenizer_for(self, policy: str) -> Any:
         self._model(policy)
         if self.tokenizer is None:
             raise BackendError("the upstream backend has no local tokenizer (pass tokenizer_path)", policy=policy)
@@ -122,23 +123,6 @@ class UpstreamBackend:
     def max_context(self, policy: str) -> int:
         self._model(policy)
         return self._max_context
-
-    def render_chat(
-        self,
-        policy: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        add_generation_prompt: bool,
-    ) -> str:
-        return self._tok(policy).apply_chat_template(
-            messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
-
-    def encode(self, policy: str, text: str) -> list[int]:
-        return list(self._tok(policy).encode(text, add_special_tokens=False))
-
-    def decode(self, policy: str, ids: list[int]) -> str:
-        return self._tok(policy).decode(ids, skip_special_tokens=False)
 
     def load_weights(self, policy: str, adapter_state: dict[str, Any], version: int) -> None:
         raise BackendError("the upstream backend serves frozen weights; load_weights is not supported", policy=policy)

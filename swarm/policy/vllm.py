@@ -30,6 +30,7 @@ import httpx
 from swarm.errors import BackendError, ConflictError, ContextLengthError, NotFoundError, ValidationError
 from swarm.policy._http import backend_error, post_json, raise_for_status, sse_events, token_id
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta
+from swarm.policy.chat import LocalTokenizer
 from swarm.policy.toolcalls import parse_tool_calls
 
 __all__ = ["VLLMBackend"]
@@ -49,7 +50,7 @@ def _choice_tokens(ch: dict[str, Any]) -> tuple[list[int], list[float] | None]:
     return list(ids), lps
 
 
-class VLLMBackend:
+class VLLMBackend(LocalTokenizer):
     """Client of a ``vllm serve`` server implementing :class:`~swarm.policy.base.PolicyBackend`.
 
     ``model``: the served base model name (as in ``vllm serve <model>``). ``policies``: names
@@ -138,28 +139,9 @@ class VLLMBackend:
         raise_for_status(resp)
         return list(resp.json().get("data") or [])
 
-    def render_chat(
-        self,
-        policy: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        add_generation_prompt: bool,
-    ) -> str:
+    def _tokenizer_for(self, policy: str) -> Any:
         self._check(policy)
-        try:
-            return self.tokenizer.apply_chat_template(
-                messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
-            )
-        except Exception as e:  # jinja raises many types; a bad message list is the caller's error
-            raise ValidationError(f"messages: the chat template failed: {e}", policy=policy) from e
-
-    def encode(self, policy: str, text: str) -> list[int]:
-        self._check(policy)
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def decode(self, policy: str, ids: list[int]) -> str:
-        self._check(policy)
-        return self.tokenizer.decode(ids, skip_special_tokens=False)
+        return self.tokenizer
 
     # ----------------------------------------------------------------------------- generation
     def _prepare(self, request: GenerateRequest, stream: bool) -> tuple[list[int], dict[str, Any]]:
