@@ -13,7 +13,6 @@ import argparse
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from rich.console import Console
 

@@ -19,8 +19,15 @@ from typing import Any
 import yaml
 
 from research_agent.errors import LLMError
-from research_agent.generate import CONTRACT, Target, TaskFiles, generate_files, parse_files, write_package, \
-    write_task_config
+from research_agent.generate import (
+    CONTRACT,
+    Target,
+    TaskFiles,
+    generate_files,
+    parse_files,
+    write_package,
+    write_task_config,
+)
 from research_agent.llm import ChatLLM
 from research_agent.spec import TaskSpec
 from research_agent.validate import ValidateSettings, ValidationReport, validate_package

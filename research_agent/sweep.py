@@ -1,0 +1,166 @@
+"""A campaign's definition and its members: the typed form of ``conf/campaign/<name>.yaml``.
+
+A campaign sweeps Hydra overrides of ``flows.train`` over a grid or random samples, each
+configuration with several seeds; every (configuration, seed) is one member with a stable key
+(a hash of its overrides), so a later night knows which members are already done.
+
+It does not run anything (``flows/campaign.py`` does) and never imports Hydra or MLflow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from research_agent.errors import CampaignError
+
+__all__ = ["CampaignSpec", "SweepSpec", "ScheduleSpec", "PlanSpec", "Member", "expand", "parse_campaign",
+           "format_value", "campaign_dir"]
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Range(_M):
+    low: float
+    high: float
+    log: bool = False
+    integer: bool = False
+
+
+class SweepSpec(_M):
+    mode: Literal["grid", "random"] = "grid"
+    params: dict[str, list[Any] | Range] = Field(default_factory=dict)   # override key -> values or a range
+    samples: int = Field(default=4, ge=1)      # random mode: configurations drawn
+    sampler_seed: int = 0                      # random mode: same draws every night
+    seeds: list[int] = Field(default_factory=lambda: [0])
+
+    @model_validator(mode="after")
+    def _check(self) -> SweepSpec:
+        for k, v in self.params.items():
+            if isinstance(v, Range) and self.mode == "grid":
+                raise ValueError(f"sweep.params.{k}: a range needs sweep.mode=random (grid takes a list of values)")
+            if isinstance(v, list) and not v:
+                raise ValueError(f"sweep.params.{k}: give at least one value")
+        if not self.seeds:
+            raise ValueError("sweep.seeds: give at least one seed")
+        return self
+
+
+class ScheduleSpec(_M):
+    cron: str = "0 22 * * *"                   # nightly at 22:00
+    timezone: str = "UTC"
+    nights: int = Field(default=3, ge=1)       # a scheduled night after this many does nothing
+
+
+class PlanSpec(_M):
+    propose: bool = False                      # after each night, ask the LLM planner for the next campaign
+    auto: bool = False                         # apply its proposal without approval
+
+
+class CampaignSpec(_M):
+    name: str
+    description: str = ""
+    base: list[str] = Field(default_factory=list)   # overrides every member gets, e.g. ["+task=math"]
+    sweep: SweepSpec = Field(default_factory=SweepSpec)
+    concurrency: int = Field(default=1, ge=1)        # >1 runs members as `python -m flows.train` processes
+    budget_min: float | None = Field(default=None, gt=0)   # per night; no member starts after it
+    metric: str = "reward/mean"
+    out_dir: str | None = None                       # default experiments/campaigns/<name>
+    schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
+    plan: PlanSpec = Field(default_factory=PlanSpec)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"name {v!r}: use letters, digits, _ and -")
+        return v
+
+
+def parse_campaign(data: dict[str, Any]) -> CampaignSpec:
+    """Validate a campaign dict; the error names the key and the fix."""
+    try:
+        return CampaignSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"campaign.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise CampaignError(f"invalid campaign: {problems} (see conf/campaign/tiny_lr.yaml)") from exc
+
+
+def format_value(v: Any) -> str:
+    """A value as a Hydra override right-hand side."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    if v is None:
+        return "null"
+    if isinstance(v, list | dict):
+        import json
+
+        return json.dumps(v).replace('"', "")
+    return str(v)
+
+
+@dataclass(frozen=True)
+class Member:
+    values: dict[str, Any]          # swept key -> value
+    seed: int
+    overrides: tuple[str, ...] = field(default=())
+
+    @property
+    def config_label(self) -> str:
+        return ",".join(f"{k}={format_value(v)}" for k, v in self.values.items()) or "base"
+
+    @property
+    def label(self) -> str:
+        return f"{self.config_label},seed={self.seed}"
+
+    @property
+    def key(self) -> str:
+        return "m-" + hashlib.sha1(self.label.encode()).hexdigest()[:10]
+
+
+def _draw(rng: random.Random, v: list[Any] | Range) -> Any:
+    if isinstance(v, list):
+        return rng.choice(v)
+    if v.log:
+        x = math.exp(rng.uniform(math.log(v.low), math.log(v.high)))
+    else:
+        x = rng.uniform(v.low, v.high)
+    return int(round(x)) if v.integer else float(f"{x:.4g}")
+
+
+def expand(spec: CampaignSpec) -> list[Member]:
+    """All members, configurations in order, each with every seed (deterministic)."""
+    keys = list(spec.sweep.params)
+    if spec.sweep.mode == "grid":
+        grids = [spec.sweep.params[k] for k in keys]
+        configs = [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*grids)]  # type: ignore[arg-type]
+    else:
+        rng = random.Random(spec.sweep.sampler_seed)
+        configs = []
+        for _ in range(spec.sweep.samples):
+            configs.append({k: _draw(rng, spec.sweep.params[k]) for k in keys})
+    members = []
+    seen = set()
+    for values in configs:
+        for seed in spec.sweep.seeds:
+            m = Member(values, seed, tuple(f"{k}={format_value(v)}" for k, v in values.items()) + (f"seed={seed}",))
+            if m.key not in seen:
+                seen.add(m.key)
+                members.append(m)
+    return members
+
+
+def campaign_dir(spec: CampaignSpec) -> Path:
+    """Where a campaign's members, report and proposals go: ``out_dir`` or ``experiments/campaigns/<name>``."""
+    return Path(spec.out_dir) if spec.out_dir else Path(__file__).resolve().parents[1] / "experiments" / "campaigns" / spec.name

@@ -1,0 +1,114 @@
+"""Campaigns: a two-member sweep end to end (nested MLflow runs, report with plots, next night
+continues), failing members, the cron deployment in a Prefect server, and the planner's proposal."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import mlflow
+import pytest
+import yaml
+
+from flows.campaign import Outcome, campaign_flow, deployment, member_overrides, run_members
+from research_agent.sweep import Member, expand, parse_campaign
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _overrides(tmp_path: Path) -> list[str]:
+    return [f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlruns.db'}", f"campaign.out_dir={tmp_path / 'campaign'}",
+            "mlflow.sample_trajectories=0"]
+
+
+def test_expand_grid_random_and_overrides(tmp_path: Path) -> None:
+    spec = parse_campaign({"name": "c", "base": ["+task=echo"],
+                           "sweep": {"params": {"algo.lr": [0.001, 0.003], "algo.lora.rank": [8, 32]}, "seeds": [0, 1]}})
+    members = expand(spec)
+    assert len(members) == 8 and len({m.key for m in members}) == 8
+    assert members[0].overrides == ("algo.lr=0.001", "algo.lora.rank=8", "seed=0")
+    rnd = parse_campaign({"name": "r", "sweep": {"mode": "random", "samples": 3, "seeds": [0],
+                                                 "params": {"algo.lr": {"low": 1e-4, "high": 1e-2, "log": True}}}})
+    assert [m.key for m in expand(rnd)] == [m.key for m in expand(rnd)]  # same draws every night
+    assert all(1e-4 <= m.values["algo.lr"] <= 1e-2 for m in expand(rnd))
+    ov = member_overrides(spec, members[0], ["model.seed=1"], tmp_path)
+    assert ov[0] == "+task=echo" and "model.seed=1" in ov and f"train.out_dir={tmp_path / 'members' / members[0].key}" in ov
+    with pytest.raises(Exception, match="sweep.params.algo.lr: a range needs sweep.mode=random"):
+        parse_campaign({"name": "x", "sweep": {"params": {"algo.lr": {"low": 0.1, "high": 1}}}})
+
+
+def test_failed_members_do_not_stop_the_rest_and_budget_skips() -> None:
+    members = [Member({"x": i}, 0) for i in range(4)]
+    now = [0.0]
+
+    def run_one(m: Member, deadline: float | None) -> Outcome:
+        now[0] += 10
+        if m.values["x"] == 1:
+            raise RuntimeError("boom")
+        return Outcome(m.key, "FINISHED")
+
+    out = run_members(members, run_one, budget_s=25, clock=lambda: now[0])
+    assert [o.status for o in out] == ["FINISHED", "FAILED", "FINISHED", "SKIPPED"]
+    assert "boom" in out[1].error
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_harness")
+def test_two_member_campaign_end_to_end(tmp_path: Path) -> None:
+    overrides = _overrides(tmp_path) + ["campaign.base=['train.updates=2','batching.min_groups=1','task.group_size=4']"]
+    res = campaign_flow("tiny_lr", overrides)
+    assert [o["status"] for o in res["outcomes"]] == ["FINISHED", "FINISHED"]
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    client = mlflow.tracking.MlflowClient(uri)
+    parent = client.get_run(res["parent_run_id"])
+    children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert len(children) == 2 and all(c.info.status == "FINISHED" for c in children)
+    assert {c.data.params["algo.lr"] for c in children} == {"0.001", "0.004"}
+    assert all(c.data.params["campaign_member.campaign"] == "tiny_lr" for c in children)
+    out = tmp_path / "campaign"
+    report = (out / "report.md").read_text()
+    assert "| 1 | `algo.lr=" in report and "![curves](plots/curves.png)" in report
+    assert (out / "plots" / "curves.png").stat().st_size > 1000 and (out / "plots" / "vs_algo.lr.png").exists()
+    ranking = json.loads((out / "analysis.json").read_text())["ranking"]
+    assert len(ranking) == 2 and all(r["final_mean"] is not None for r in ranking)
+    arts = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert {"report/report.md", "report/analysis.json", "report/plots"} <= arts
+    # the next night continues from MLflow: both members are done, nothing reruns, same parent run
+    again = campaign_flow("tiny_lr", overrides, scheduled=True)
+    assert again["parent_run_id"] == res["parent_run_id"] and again["outcomes"] == [] and again["nights"] == 2
+    # a member that fails (bad warm-up name) is marked FAILED in MLflow; the campaign finishes its night
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    (conf / "campaign" / "tiny_bad.yaml").write_text(yaml.safe_dump(
+        {"name": "tiny_bad", "base": ["train.updates=1"], "sweep": {"params": {"model.warmup": ["bogus"]}}}))
+    third = campaign_flow("tiny_bad", _overrides(tmp_path), conf_dir=str(conf))
+    assert [o["status"] for o in third["outcomes"]] == ["FAILED"]
+    failed = client.get_run(third["outcomes"][0]["run_id"])
+    assert failed.info.status == "FAILED" and "warmup" in failed.data.tags["swarm.error"]
+    assert failed.data.tags["mlflow.parentRunId"] == third["parent_run_id"] != res["parent_run_id"]
+    assert "## Failed members" in (out / "report.md").read_text()
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_schedule_is_a_cron_deployment_with_the_right_next_run(tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+
+    dep = deployment("tiny_lr", _overrides(tmp_path))
+    dep_id = dep.apply()
+    with get_client(sync_client=True) as client:
+        d = client.read_deployment(dep_id)
+        assert d.name == "tiny_lr" and d.parameters["scheduled"] is True
+        sched = d.schedules[0].schedule
+        assert sched.cron == "0 22 * * *" and sched.timezone == "UTC" and d.schedules[0].active
+        resp = client._client.post(f"/deployments/{dep_id}/schedule", json={"max_runs": 3})  # the scheduler's job
+        resp.raise_for_status()
+        runs = client.read_flow_runs(limit=10)
+    starts = sorted(r.expected_start_time for r in runs if r.deployment_id == dep_id)
+    now = dt.datetime.now(ZoneInfo("UTC"))
+    first = now.replace(hour=22, minute=0, second=0, microsecond=0)
+    if first <= now:
+        first += dt.timedelta(days=1)
+    assert starts[:3] == [first, first + dt.timedelta(days=1), first + dt.timedelta(days=2)]
