@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -46,7 +46,7 @@ def now() -> float:
     return time.time()
 
 
-class Source(str, Enum):
+class Source(StrEnum):
     """Who produced a step: the gateway on a black-box agent's call, a white-box agent, or a service."""
 
     blackbox = "blackbox"
@@ -54,19 +54,19 @@ class Source(str, Enum):
     service = "service"
 
 
-class EpisodeStatus(str, Enum):
+class EpisodeStatus(StrEnum):
     open = "open"
     finished = "finished"
     abandoned = "abandoned"
     failed = "failed"
 
 
-class EpisodeType(str, Enum):
+class EpisodeType(StrEnum):
     train = "train"
     eval = "eval"
 
 
-class RewardStatus(str, Enum):
+class RewardStatus(StrEnum):
     pending = "pending"
     final = "final"
 
