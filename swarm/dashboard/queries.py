@@ -161,6 +161,28 @@ def lease_totals(pool: Pool, now: float) -> dict[str, int]:
         return {o: int(n) for o, n in c.execute(sa.select(outcome, sa.func.count()).group_by(outcome))}
 
 
+def _walk_created_index(c: sa.Connection, q: sa.Select) -> list[dict[str, Any]]:
+    """Run ``q`` on SQLite walking ``ix_steps_created``, stopping after one page.
+
+    SQLite's planner (no statistics) prefers e.g. the task index and then sorts every step of
+    that task, a third of the pool; SQLAlchemy cannot render ``INDEXED BY``, so it is added to
+    the compiled statement here.
+    """
+    compiled = q.compile(dialect=c.dialect, compile_kwargs={"render_postcompile": True})
+    sql = str(compiled)
+    marker = "FROM steps JOIN episodes"
+    if marker not in sql or not compiled.positiontup:
+        return [dict(r) for r in c.execute(q).mappings()]
+    sql = sql.replace(marker, "FROM steps INDEXED BY ix_steps_created JOIN episodes", 1)
+    params = tuple(compiled.params[k] for k in compiled.positiontup)
+    return [dict(r) for r in c.exec_driver_sql(sql, params).mappings()]
+
+
+def _selective(f: StepFilter) -> bool:
+    """Filters that name a few steps (an episode, a group, a label): let the planner pick their index."""
+    return bool(f.episode_id or f.group_id or f.group_ids or f.label)
+
+
 def step_rows(pool: Pool, f: StepFilter, limit: int, offset: int = 0, order: str = "-created") -> list[dict[str, Any]]:
     """One page of matching steps as table rows (no tokens, no message bodies)."""
     orders = {
@@ -180,7 +202,10 @@ def step_rows(pool: Pool, f: StepFilter, limit: int, offset: int = 0, order: str
         .offset(offset)
     )
     with read(pool) as c:
-        rows = [dict(r) for r in c.execute(q).mappings()]
+        if order != "episode" and not _selective(f) and c.dialect.name == "sqlite":
+            rows = _walk_created_index(c, q)
+        else:
+            rows = [dict(r) for r in c.execute(q).mappings()]
     for r in rows:
         r["reward_status"] = "final" if r.pop("reward_final") else "pending"
         r["n_response"] = r["length"] - r["n_prompt"]

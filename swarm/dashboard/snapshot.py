@@ -32,21 +32,22 @@ __all__ = ["Aggregates", "RateCache", "MergeCache", "summarize"]
 class Aggregates:
     """Background-refreshed pool-wide aggregates for one pool (thread-safe)."""
 
-    def __init__(self, pool: Pool, duty: float = 0.1, min_interval_s: float = 1.0, max_interval_s: float = 120.0):
+    def __init__(self, pool: Pool, duty: float = 0.1, min_interval_s: float = 1.0, max_interval_s: float = 120.0,
+                 first_wait_s: float = 1.0) -> None:
         self.pool = pool
         self.duty, self.min_interval_s, self.max_interval_s = duty, min_interval_s, max_interval_s
+        self.first_wait_s = first_wait_s
         self._lock = threading.Lock()
         self._snap: dict[str, Any] | None = None
         self._refreshing = False
-        self._first = threading.Lock()
+        self._ready = threading.Event()
+        self.error: str | None = None
 
     def _compute(self) -> dict[str, Any]:
         t0 = time.time()
-        watermark = t0
-        rows = queries.breakdown(self.pool, upto=watermark)
+        rows = queries.breakdown(self.pool, upto=t0)
         eps = queries.episode_counts(self.pool)
-        took = time.time() - t0
-        return {"rows": rows, "episodes": eps, "watermark": watermark, "taken_at": t0, "took_s": took}
+        return {"rows": rows, "episodes": eps, "watermark": t0, "taken_at": t0, "took_s": time.time() - t0}
 
     def _interval(self, snap: dict[str, Any]) -> float:
         return min(self.max_interval_s, max(self.min_interval_s, snap["took_s"] / self.duty))
@@ -55,41 +56,55 @@ class Aggregates:
         try:
             snap = self._compute()
             with self._lock:
-                self._snap = snap
+                self._snap, self.error = snap, None
+            self._ready.set()
+        except Exception as exc:  # the database was busy or went away: report it, retry on the next request
+            self.error = f"{type(exc).__name__}: {exc}"
         finally:
             with self._lock:
                 self._refreshing = False
 
-    def get(self) -> dict[str, Any]:
-        """The latest snapshot (computed now, blocking, only the very first time)."""
+    def _start_refresh(self) -> None:
+        with self._lock:
+            start = not self._refreshing
+            self._refreshing = True
+        if start:
+            threading.Thread(target=self._refresh_bg, name="dashboard-aggregates", daemon=True).start()
+
+    def get(self) -> dict[str, Any] | None:
+        """The latest snapshot; None while the very first one is still being computed.
+
+        The first call waits up to ``first_wait_s`` for it (small pools: milliseconds), so no
+        request ever blocks on a scan of a large pool; later calls refresh it in the background
+        once it is older than its interval.
+        """
         with self._lock:
             snap = self._snap
         if snap is None:
-            with self._first:  # concurrent first requests compute it once
-                with self._lock:
-                    snap = self._snap
-                if snap is None:
-                    snap = self._compute()
-                    with self._lock:
-                        self._snap = snap
-            return snap
-        if time.time() - snap["taken_at"] > self._interval(snap):
+            self._start_refresh()
+            self._ready.wait(self.first_wait_s)
             with self._lock:
-                start = not self._refreshing
-                self._refreshing = True
-            if start:
-                threading.Thread(target=self._refresh_bg, name="dashboard-aggregates", daemon=True).start()
+                return self._snap
+        if time.time() - snap["taken_at"] > self._interval(snap):
+            self._start_refresh()
         return snap
 
     def current(self) -> dict[str, Any]:
         """Snapshot plus the live delta of steps created after its watermark, summarized."""
         snap = self.get()
+        open_now = queries.open_count(self.pool)
+        if snap is None:  # still warming up: live numbers only
+            out = summarize([])
+            out["episodes"] = _episode_summary([], open_now)
+            out["snapshot"] = {"warming": True, "age_s": None, "took_s": None, "live_delta_steps": 0,
+                               "refresh_every_s": None, "error": self.error}
+            return out
         delta = queries.breakdown(self.pool, after=snap["watermark"])
         out = summarize(snap["rows"] + delta)
-        out["episodes"] = _episode_summary(snap["episodes"], queries.open_count(self.pool))
-        out["snapshot"] = {"age_s": round(time.time() - snap["taken_at"], 2), "took_s": round(snap["took_s"], 3),
-                           "live_delta_steps": sum(r["n"] for r in delta),
-                           "refresh_every_s": round(self._interval(snap), 1)}
+        out["episodes"] = _episode_summary(snap["episodes"], open_now)
+        out["snapshot"] = {"warming": False, "age_s": round(time.time() - snap["taken_at"], 2),
+                           "took_s": round(snap["took_s"], 3), "live_delta_steps": sum(r["n"] for r in delta),
+                           "refresh_every_s": round(self._interval(snap), 1), "error": self.error}
         return out
 
 

@@ -92,6 +92,11 @@ function fillForm(form, values) {
   }
 }
 
+function snapText(s) {
+  if (s.warming) return "Pool totals are being computed in the background (a large pool takes a few seconds); live numbers meanwhile." + (s.error ? " Last error: " + s.error : "");
+  return `Totals: background snapshot ${s.age_s}s old (took ${s.took_s}s, refreshed every ≥${s.refresh_every_s}s) + ${s.live_delta_steps} steps created since, read live.`;
+}
+
 // --------------------------------------------------------------------------------- Collection
 async function loadCollection() {
   const d = await getJSON("/collection", { window_s: $("col-window").value });
@@ -112,7 +117,7 @@ async function loadCollection() {
     { label: "status", render: (r) => badge(r.status) }, { label: "reward", key: "reward", num: true },
     { label: "created", render: (r) => ago(r.created_at) }], d.recent_episodes,
   { onclick: (r) => { location.hash = "#representation"; fillForm($("rep-filter"), { episode_id: r.episode_id, order: "episode" }); state.repOffset = 0; } }));
-  $("col-foot").textContent = `Totals: background snapshot ${d.snapshot.age_s}s old (took ${d.snapshot.took_s}s, refreshed every ≥${d.snapshot.refresh_every_s}s) + ${d.snapshot.live_delta_steps} steps since, read live. Rate buckets: ${d.rates.bucket_s}s.`;
+  $("col-foot").textContent = snapText(d.snapshot) + ` Rate buckets: ${d.rates.bucket_s}s.`;
 }
 
 // ----------------------------------------------------------------------------- Representation
@@ -313,7 +318,7 @@ async function loadConsumption() {
   put("con-recent", table([{ label: "lease", render: (r) => short(r.lease_id), title: (r) => r.lease_id },
     { label: "state", render: (r) => badge(r.state, r.state === "acked" ? "ok" : "") }, { label: "steps", key: "n_steps", num: true },
     { label: "→ version", key: "consumed_version", num: true }, { label: "when", render: (r) => ago(r.created_at) }], d.recent_leases));
-  $("con-foot").textContent = `Per-version numbers: background snapshot ${d.snapshot.age_s}s old + live steps since. Staleness = trainer version at lease time − the step's policy version.`;
+  $("con-foot").textContent = snapText(d.snapshot) + " Staleness = trainer version at lease time − the step's policy version.";
 }
 
 // ---------------------------------------------------------------------------------- routing
