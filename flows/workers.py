@@ -149,6 +149,20 @@ def _ray_home(runner: dict[str, Any]) -> Path:
     return home
 
 
+def _loopback_only() -> None:
+    """Keep a local Ray on 127.0.0.1 even when ``ray`` was imported before RAY_ENV was set.
+
+    Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER once, at import; unless it is 0, ``ray.init``
+    turns ``_node_ip_address="127.0.0.1"`` into the host's routable address (found with a UDP
+    connect to 8.8.8.8) and the node talks to itself over that address. A local single-node
+    Ray never needs that, so the flag is cleared here; joining a cluster (``address``) is
+    left alone.
+    """
+    import ray._private.ray_constants as ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
 def ray_init_kwargs(runner: dict[str, Any], env_vars: dict[str, str]) -> tuple[str | None, dict[str, Any]]:
     """(address, ``ray.init`` kwargs) for ``runner``: a local loopback-only Ray when ``address`` is null."""
     address = runner.get("address") or None
@@ -191,22 +205,34 @@ class RayWorkers:
     def _signal(self) -> None:
         import ray
 
-        with contextlib.suppress(Exception):  # Ray already shut down
-            ray.get(self.flag.set.remote(), timeout=30)
+        # never call into Ray once the runner is closed: a Ray API call would auto-start a new,
+        # default (not loopback-only) Ray instance
+        with self._lock:
+            if self._closed or not ray.is_initialized():
+                return
+            with contextlib.suppress(Exception):  # the flag actor is gone already
+                ray.get(self.flag.set.remote(), timeout=30)
 
     def wait(self, timeout: float | None = None) -> None:
         """Set the stop flag, wait up to ``timeout`` s for the tasks, then leave the runner (once)."""
         self._signal()
         deadline = None if timeout is None else time.monotonic() + timeout
-        for f in self.futures:
-            f.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         with self._lock:
-            if not self._closed:
-                self._closed = True
-                self.runner.__exit__(None, None, None)
+            if self._closed:
+                return
+            for f in self.futures:
+                f.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            self._closed = True
+            self.runner.__exit__(None, None, None)
 
     def results(self) -> list[dict[str, Any]]:
-        return [f.result() for f in self.futures]
+        """Each task's ``run_worker`` stats, after :meth:`wait` (raises a task's error)."""
+        out = []
+        for f in self.futures:
+            if getattr(f, "_final_state", None) is None:
+                raise RuntimeError(f"Ray worker task {f.task_run_id} did not finish before its runner closed")
+            out.append(f.result())
+        return out
 
 
 def start_ray_workers(runner: dict[str, Any], server: str, task_cfg: dict[str, Any], seed: int | None,
@@ -225,6 +251,8 @@ def start_ray_workers(runner: dict[str, Any], server: str, task_cfg: dict[str, A
     address, init_kw = ray_init_kwargs(runner, env)
     ray_runner = RayTaskRunner(address=address, init_kwargs=init_kw)
     scratch = {**RAY_ENV, "HOME": str(_ray_home(runner))} if address is None else dict(RAY_ENV)
+    if address is None:
+        _loopback_only()
     with _scratch_env(scratch):
         ray_runner.__enter__()
     try:

@@ -10,6 +10,10 @@ import pytest
 
 POSTGRES_URL = os.environ.get("SWARM_TEST_POSTGRES_URL")
 
+# Loopback-only Ray (../shared/ENVIRONMENT.md), set before anything imports ray
+for _k, _v in {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}.items():
+    os.environ.setdefault(_k, _v)
+
 
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
@@ -29,3 +33,12 @@ def pg_url() -> Iterator[str]:
         with admin.connect() as c:
             c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def prefect_harness() -> Iterator[None]:
+    """One temporary Prefect server for the scale tests (Ray tasks report to it, no server of their own)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
