@@ -277,6 +277,13 @@ def main(argv: list[str] | None = None) -> None:
     from flows.campaign import campaign_flow as flow_fn  # the importable flow, also when run as __main__
 
     if serve:
+        from prefect.settings import PREFECT_API_URL
+
+        if not PREFECT_API_URL.value():
+            raise SystemExit("--schedule needs a running Prefect server (a temporary one cannot schedule):\n"
+                             "  prefect server start            # UI on http://127.0.0.1:4200\n"
+                             "  PREFECT_API_URL=http://127.0.0.1:4200/api python -m flows.campaign "
+                             f"+campaign={names[0]} --schedule")
         spec, _, _ = _load_campaign(names[0], overrides, CONF)
         print(f"serving campaign {spec.name}: {spec.schedule.cron} ({spec.schedule.timezone}), "
               f"{spec.schedule.nights} nights. Watch it in the Prefect UI (`prefect server start`, "
