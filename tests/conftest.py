@@ -80,3 +80,12 @@ def warm_tiny_model_path() -> Path:
     from swarm.policy.warmup import word_chain_warmup
 
     return ensure_tiny_model(cache_dir=REPO / ".cache" / "models", warmup=word_chain_warmup)
+
+
+@pytest.fixture(scope="session")
+def prefect_harness() -> Iterator[None]:
+    """One temporary Prefect server for every flow test of the session (start-up costs 10-25 s)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

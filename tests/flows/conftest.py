@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +13,6 @@ from omegaconf import OmegaConf
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
-@pytest.fixture(scope="session")
-def prefect_harness() -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
 
 
 @pytest.fixture

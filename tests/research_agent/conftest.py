@@ -59,9 +59,3 @@ def fake_llm() -> Iterator[Callable[[Callable[[list[dict[str, Any]]], str]], Fak
         s.stop()
 
 
-@pytest.fixture(scope="session")
-def prefect_harness() -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
