@@ -57,5 +57,3 @@ def fake_llm() -> Iterator[Callable[[Callable[[list[dict[str, Any]]], str]], Fak
     yield start
     for s in servers:
         s.stop()
-
-
