@@ -30,6 +30,10 @@ def serve(cfg: DictConfig) -> None:
     pool = make_pool(c["pool"])
     backend = make_backend(c["model"], list(c.get("policies") or ["default"]), None)
     app = create_app(pool, backend, gateway_settings(gw))
+    if float(gw.get("follow_versions_s") or 0) > 0:  # a gateway beside the trainer's: follow its publishes
+        from swarm.policy.fleet import VersionFollower
+
+        VersionFollower(pool, backend, interval_s=float(gw["follow_versions_s"])).start()
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and without
     # it every response waits ~40 ms for a delayed ACK (Nagle)
     family = socket.AF_INET6 if ":" in gw["host"] else socket.AF_INET

@@ -26,6 +26,10 @@ must serve the same base model and tokenizer (checked on a probe string where th
 tokenize). It does not start, health-check or autoscale replicas, and it is not a gateway: a
 remote *gateway* records steps itself, so several gateways share one pool instead of being
 replicas here (see docs/scale_out.md).
+
+:class:`VersionFollower` keeps such an *extra* gateway's backend at the latest version the
+trainer published to the shared pool (it loads the adapter the pool's ``PolicyVersion`` names,
+so that folder must be readable there); the trainer's own gateway needs none.
 """
 
 from __future__ import annotations
@@ -34,15 +38,16 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from swarm.errors import BackendError, ConflictError, ContextLengthError, SwarmError, ValidationError
 from swarm.policy.base import GenerateRequest, Generation, PolicyBackend, TokenDelta
 
-__all__ = ["FleetBackend", "Replica"]
+__all__ = ["FleetBackend", "Replica", "VersionFollower", "load_adapter_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -321,3 +326,74 @@ class FleetBackend:
                 close = getattr(r.backend, "close", None)
                 if callable(close):
                     close()
+
+
+# -- following a trainer on another machine ------------------------------------------------------
+
+
+def load_adapter_dir(path: str | Path) -> dict[str, Any]:
+    """The peft adapter state saved by ``swarm.train.publish.save_adapter`` (``adapter_model.safetensors``)."""
+    from safetensors.torch import load_file
+
+    f = Path(path) / "adapter_model.safetensors"
+    if not f.is_file():
+        raise BackendError(f"no adapter_model.safetensors in {path}: is the trainer's out_dir readable here?",
+                           path=str(path))
+    return load_file(str(f))
+
+
+class VersionFollower:
+    """Polls a pool for published policy versions and loads each new one into ``backend``.
+
+    For a gateway that is not the trainer's (another host on the same pool): without it, its
+    backend would keep serving the weights it started with. A version whose ``adapter_path`` is
+    ``None`` only bumps the backend's version. A load that fails is logged and retried on the
+    next poll. It never moves a backend back to an older version.
+    """
+
+    def __init__(self, pool: Any, backend: PolicyBackend, interval_s: float = 2.0,
+                 load: Callable[[str], dict[str, Any]] = load_adapter_dir) -> None:
+        self.pool, self.backend, self.interval_s, self._load = pool, backend, float(interval_s), load
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failed: dict[tuple[str, int], str] = {}
+
+    def poll_once(self) -> dict[str, int]:
+        """Bring every policy up to the pool's latest version; returns the versions loaded now."""
+        loaded = {}
+        for policy in self.backend.policies():
+            latest = self.pool.latest_version(policy)
+            if latest <= self.backend.version(policy):
+                continue
+            record = next((v for v in self.pool.policy_versions(policy) if v.version == latest), None)
+            if record is None:
+                continue
+            try:
+                state = None if record.adapter_path is None else self._load(record.adapter_path)
+                self.backend.load_weights(policy, state, latest)
+            except Exception as exc:  # keep serving the old version; try again next poll
+                key = (policy, latest)
+                if self._failed.get(key) != repr(exc):
+                    log.warning("could not load version %d of %r from %s: %r", latest, policy, record.adapter_path, exc)
+                self._failed[key] = repr(exc)
+                continue
+            loaded[policy] = latest
+        return loaded
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll_once()
+            except Exception:  # the pool unreachable for a moment must not end the follower
+                log.warning("version follower poll failed", exc_info=True)
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> VersionFollower:
+        self._thread = threading.Thread(target=self._run, name="swarm-version-follower", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -103,3 +104,45 @@ def test_fleet_from_config() -> None:
         make_backend({"backend": "fleet", "replicas": []}, ["default"], None)
     with pytest.raises(ConfigError, match="nest"):
         make_backend({"backend": "fleet", "replicas": [{"backend": "fleet", "replicas": []}]}, ["default"], None)
+
+
+def test_version_follower_loads_published_adapters(tiny_model_path: Path, tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    from swarm.policy.echo import EchoBackend
+    from swarm.policy.fleet import VersionFollower
+    from swarm.records import PolicyVersion
+
+    pool = Pool(f"sqlite:///{tmp_path / 'pool.db'}")
+    trainer_side = HFBackend(str(tiny_model_path), policies=["default"], lora={"r": 4}, batch_wait_ms=1)
+    other_gateway = HFBackend(str(tiny_model_path), policies=["default"], lora={"r": 4}, batch_wait_ms=1)
+    try:
+        state = trainer_side.adapter_state("default")
+        new = {k: v + 0.25 for k, v in state.items()}
+        folder = tmp_path / "adapters" / "default" / "v000001"
+        folder.mkdir(parents=True)
+        save_file(new, str(folder / "adapter_model.safetensors"))
+        follower = VersionFollower(pool, other_gateway)
+        assert follower.poll_once() == {}  # nothing published yet
+        pool.add_policy_version(PolicyVersion(policy="default", version=1, adapter_path=str(folder)))
+        assert follower.poll_once() == {"default": 1}
+        assert other_gateway.version("default") == 1
+        got = other_gateway.adapter_state("default")
+        assert all(torch.equal(got[k], new[k]) for k in new)
+        assert follower.poll_once() == {}  # already there
+
+        pool.add_policy_version(PolicyVersion(policy="default", version=2, adapter_path=str(tmp_path / "missing")))
+        assert follower.poll_once() == {} and other_gateway.version("default") == 1  # kept serving v1
+
+        echo = EchoBackend()
+        pool.add_policy_version(PolicyVersion(policy="default", version=3))
+        running = VersionFollower(pool, echo, interval_s=0.05).start()
+        deadline = time.monotonic() + 10
+        while echo.version("default") != 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        running.stop()
+        assert echo.version("default") == 3
+    finally:
+        trainer_side.close()
+        other_gateway.close()
+        pool.close()

@@ -174,3 +174,21 @@ def test_expired_lease_returns_its_steps_to_the_other_gateway(gateways) -> None:
     assert {s["step_id"] for s in second["steps"]} == ids  # the trainer behind A "died"; B gets them
     assert httpx.post(f"{a.url}/v1/pool/leases/{first['lease_id']}/ack",
                       json={"consumed_version": 1}).status_code == 409
+
+
+def test_extra_gateway_follows_published_versions(pg_url: str, pool: Pool) -> None:
+    from swarm.records import PolicyVersion
+
+    follower = start_gateway(pg_url, SECRET, "+gateway.follow_versions_s=0.2")
+    try:
+        assert httpx.get(follower.url + "/health").json()["versions"] == {"default": 0}
+        pool.add_policy_version(PolicyVersion(policy="default", version=1))  # the trainer published
+        deadline = time.monotonic() + 20
+        while httpx.get(follower.url + "/health").json()["versions"]["default"] != 1:
+            assert time.monotonic() < deadline, "the extra gateway never picked up version 1"
+            time.sleep(0.1)
+        ep = begin(follower.url)
+        r = chat(follower.url, ep["api_key"], [{"role": "user", "content": "which version?"}])
+        assert r.json()["swarm"]["policy_version"] == 1
+    finally:
+        follower.stop()
