@@ -161,19 +161,20 @@ def lease_totals(pool: Pool, now: float) -> dict[str, int]:
         return {o: int(n) for o, n in c.execute(sa.select(outcome, sa.func.count()).group_by(outcome))}
 
 
-def _walk_created_index(c: sa.Connection, q: sa.Select) -> list[dict[str, Any]]:
-    """Run ``q`` on SQLite walking ``ix_steps_created``, stopping after one page.
+def _forced(c: sa.Connection, q: sa.Select, index: str) -> list[dict[str, Any]]:
+    """Run ``q`` on SQLite with ``steps INDEXED BY index``.
 
-    SQLite's planner (no statistics) prefers e.g. the task index and then sorts every step of
-    that task, a third of the pool; SQLAlchemy cannot render ``INDEXED BY``, so it is added to
-    the compiled statement here.
+    SQLite's planner (no statistics) prefers e.g. the task or the policy index and then sorts or
+    filters every step of that task / policy, up to the whole pool, where walking the
+    created_at index (or the unconsumed steps' partial index) stops after one page. SQLAlchemy
+    cannot render ``INDEXED BY``, so it is added to the compiled statement here.
     """
     compiled = q.compile(dialect=c.dialect, compile_kwargs={"render_postcompile": True})
     sql = str(compiled)
     marker = "FROM steps JOIN episodes"
-    if marker not in sql or not compiled.positiontup:
+    if sql.count(marker) != 1 or not compiled.positiontup:
         return [dict(r) for r in c.execute(q).mappings()]
-    sql = sql.replace(marker, "FROM steps INDEXED BY ix_steps_created JOIN episodes", 1)
+    sql = sql.replace(marker, f"FROM steps INDEXED BY {index} JOIN episodes", 1)
     params = tuple(compiled.params[k] for k in compiled.positiontup)
     return [dict(r) for r in c.exec_driver_sql(sql, params).mappings()]
 
@@ -203,7 +204,7 @@ def step_rows(pool: Pool, f: StepFilter, limit: int, offset: int = 0, order: str
     )
     with read(pool) as c:
         if order != "episode" and not _selective(f) and c.dialect.name == "sqlite":
-            rows = _walk_created_index(c, q)
+            rows = _forced(c, q, "ix_steps_created")
         else:
             rows = [dict(r) for r in c.execute(q).mappings()]
     for r in rows:
@@ -221,19 +222,25 @@ def policy_versions(pool: Pool, limit: int = 500) -> list[dict[str, Any]]:
 
 
 def capped_count(pool: Pool, f: StepFilter, cap: int | None) -> dict[str, Any]:
-    """Matching steps and episodes, counting at most ``cap`` + 1 rows of each (None: exact)."""
-    conds = step_conditions(f, pool.dialect)
+    """Matching steps, and their episodes, among at most ``cap`` + 1 matching steps (None: exact).
 
-    def count(inner: sa.Select) -> tuple[int, bool]:
-        if cap is not None:
-            inner = inner.limit(cap + 1)
-        with read(pool) as c:
-            n = int(c.execute(sa.select(sa.func.count()).select_from(inner.subquery())).scalar_one())
-        return (min(n, cap), True) if cap is not None and n > cap else (n, False)
-
-    steps, steps_capped = count(sa.select(S.c.step_id).select_from(JOIN).where(*conds))
-    eps, eps_capped = count(sa.select(S.c.episode_id).select_from(JOIN).where(*conds).distinct())
-    return {"steps": steps, "steps_capped": steps_capped, "episodes": eps, "episodes_capped": eps_capped}
+    When the steps are capped the episode count is a lower bound (the episodes of the first
+    ``cap`` steps found); both are then shown as "at least".
+    """
+    inner = sa.select(S.c.step_id, S.c.episode_id).select_from(JOIN).where(*step_conditions(f, pool.dialect))
+    if cap is not None:
+        inner = inner.limit(cap + 1)
+    sub = inner.subquery()
+    q = sa.select(sa.func.count(), sa.func.count(sa.distinct(sub.c.episode_id)))
+    q = q.select_from(sub)
+    with read(pool) as c:
+        if f.consumed is False and not _selective(f) and c.dialect.name == "sqlite":
+            # the unconsumed steps' partial index, not e.g. the policy index over every consumed step
+            n, eps = _forced(c, q, "ix_steps_unconsumed_created")[0].values()
+        else:
+            n, eps = c.execute(q).one()
+    capped = cap is not None and n > cap
+    return {"steps": min(n, cap) if capped else n, "steps_capped": capped, "episodes": eps, "episodes_capped": capped}
 
 
 def recent_labels(pool: Pool, limit: int = 30) -> list[dict[str, Any]]:

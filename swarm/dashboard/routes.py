@@ -169,8 +169,10 @@ async def count(request: Request, state: GatewayState = Depends(State)) -> dict[
     cap = None if exact else int(_num(control, "cap", 10_000, 1, 10_000_000))
     t0 = time.perf_counter()
     out = await state.db(queries.capped_count, state.pool, f, cap)
-    avail = await state.db(queries.capped_count, state.pool,
-                           f.model_copy(update={"consumed": False}) if f.consumed is None else f, cap)
+    if f.consumed is None:
+        avail = await state.db(queries.capped_count, state.pool, f.model_copy(update={"consumed": False}), cap)
+    else:
+        avail = out if f.consumed is False else {"steps": 0, "steps_capped": False}
     out["unconsumed"] = avail["steps"]
     out["unconsumed_capped"] = avail["steps_capped"]
     out["elapsed_ms"] = round(1e3 * (time.perf_counter() - t0), 1)
