@@ -33,12 +33,3 @@ def pg_url() -> Iterator[str]:
         with admin.connect() as c:
             c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
-
-
-@pytest.fixture(scope="session")
-def prefect_harness() -> Iterator[None]:
-    """One temporary Prefect server for the scale tests (Ray tasks report to it, no server of their own)."""
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
