@@ -146,3 +146,14 @@ def test_version_follower_loads_published_adapters(tiny_model_path: Path, tmp_pa
         trainer_side.close()
         other_gateway.close()
         pool.close()
+
+
+def test_vllm_replicas_describe_the_trainers_adapter(tiny_model_path: Path) -> None:
+    from swarm.train import LoraSpec
+
+    model = {"backend": "fleet", "replicas": [
+        {"name": f"gpu{i}", "backend": "vllm", "base_url": f"http://127.0.0.1:{9 + i}/v1", "model": "served",
+         "tokenizer_path": str(tiny_model_path), "adapter_dir": f"/tmp/adapters/gpu{i}"} for i in range(2)]}
+    fleet = make_backend(model, ["default"], LoraSpec(rank=16, alpha=32, target_modules=("q_proj", "v_proj")))
+    for rep in fleet.replicas:  # no server is contacted to build them
+        assert rep.backend._lora["default"] == {"r": 16, "alpha": 32.0, "target_modules": ["q_proj", "v_proj"]}
