@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import uuid
@@ -39,14 +40,14 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'pool.db'}"
 
 
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+@contextlib.contextmanager
+def _fresh_postgres_database(prefix: str) -> Iterator[str]:
+    """Create an empty PostgreSQL database, yield its URL, drop it afterwards."""
     if not POSTGRES_URL:
         pytest.skip("SWARM_TEST_POSTGRES_URL is not set (no PostgreSQL server for this test)")
     import sqlalchemy as sa
 
-    name = f"swarm_test_{uuid.uuid4().hex[:12]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     admin = sa.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as c:
         c.execute(sa.text(f'CREATE DATABASE "{name}"'))
@@ -57,6 +58,20 @@ def postgres_url() -> Iterator[str]:
         with admin.connect() as c:
             c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+    with _fresh_postgres_database("swarm_test") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database shared by one test module (for tests whose servers are slow to start)."""
+    with _fresh_postgres_database("swarm_module") as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
