@@ -69,6 +69,7 @@ class Page:
         out = os.environ.get("SWARM_SCREENSHOTS_DIR")
         if out:
             Path(out).mkdir(parents=True, exist_ok=True)
+            self.page.evaluate("window.scrollTo(0, 0)")
             self.page.screenshot(path=str(Path(out) / f"dashboard-{name}.png"), full_page=True)
 
     def close(self) -> None:

@@ -33,7 +33,6 @@ def test_every_view_renders_pool_data(dash, open_page) -> None:
     for src in ("blackbox", "whitebox"):
         assert src in p.inner_text("#col-source")
     assert "worker-c" in p.inner_text("#col-clients")
-    pg.shot("collection")
 
     p = pg.view("representation")
     assert p.locator("#rep-table tbody tr").count() >= 20
@@ -51,7 +50,6 @@ def test_every_view_renders_pool_data(dash, open_page) -> None:
     assert "yes" in p.inner_text("#rep-prefix")
     assert p.locator("#rep-step table tbody tr").count() == 2  # the episode's steps
     assert step.step_id in p.inner_text("#rep-step")
-    pg.shot("representation")
 
     p = pg.view("curation")
     p.click("#cur-trainer")
@@ -59,13 +57,11 @@ def test_every_view_renders_pool_data(dash, open_page) -> None:
     trainer = StepFilter.trainable("default", max_staleness=1, current_version=pool.latest_version("default"))
     want = pool.count_steps(trainer)
     p.wait_for_function(f"document.querySelector(\"#cur-cards [data-key='matching steps'] .v\").textContent === '{want}'")
-    pg.shot("curation")
 
     p = pg.view("optimization")
     assert p.locator("#opt-batches tbody tr").count() == 2
     assert p.locator("#opt-icicle svg rect").count() >= 2
     assert "tree" in p.inner_text("#opt-selected")
-    pg.shot("optimization")
 
     p = pg.view("consumption")
     assert _num(p.inner_text("#con-cards [data-key='leases acked'] .v")) == 2
@@ -73,7 +69,6 @@ def test_every_view_renders_pool_data(dash, open_page) -> None:
     assert p.locator("#con-reward svg circle").count() >= 3  # versions 0, 1, 2
     assert p.locator("#con-staleness svg rect").count() >= 1
     assert p.locator("#con-leases svg polyline").count() == 2
-    pg.shot("consumption")
     assert pg.errors == []
 
 

@@ -78,12 +78,17 @@ def test_views_show_the_training_run(trained, open_page) -> None:
     p = pg.view("representation")
     step = pool.query_steps(StepFilter(consumed=True), limit=1, with_tokens=True)[0]
     p.fill("#rep-filter input[name=episode_id]", step.episode_id)
-    p.wait_for_function("document.querySelectorAll('#rep-table tbody tr').length >= 1")
-    p.locator("#rep-table tbody tr").first.click()
-    p.wait_for_selector("#rep-tokens .tok.r[data-lp]")
+    p.locator(f"#rep-table td[title='{step.step_id}']").click()
+    p.wait_for_selector(f"#rep-step dd:has-text('{step.step_id}')")
     lps = [float(x) for x in p.eval_on_selector_all("#rep-tokens .tok.r", "els => els.map(e => e.dataset.lp)")]
     assert lps == pytest.approx(step.response_logprobs)
     assert any(lp < -1e-3 for lp in lps)  # a real model's logprobs: not all certain
+    # a second turn of a live multi-turn episode: it extends the first turn's exact tokens
+    turn2 = next(s for s in pool.query_steps(StepFilter(task="echo-demo"), limit=20) if s.index == 1)
+    p.fill("#rep-filter input[name=episode_id]", turn2.episode_id)
+    p.locator(f"#rep-table td[title='{turn2.step_id}']").click()
+    p.wait_for_selector(f"#rep-step dd:has-text('{turn2.step_id}')")
+    assert "yes" in p.inner_text("#rep-prefix")
     pg.shot("representation")
 
     p = pg.view("curation")

@@ -44,6 +44,7 @@ function table(cols, rows, opts = {}) {
   return el("div", { class: "tablewrap" }, el("table", { class: opts.class || null }, el("thead", {}, head), el("tbody", {}, body)));
 }
 function put(id, node) { const n = $(id); n.replaceChildren(node); }
+function setKids(node, ...kids) { node.replaceChildren(...kids.flat().filter((k) => k !== null && k !== undefined)); }
 function putSvg(id, svg) { $(id).innerHTML = svg; } // server-rendered, escaped SVG
 function cards(id, items) {
   put(id, el("div", { class: "cards" }, items.map(([k, v, t]) => el("div", { class: "card", title: t || null, "data-key": k },
@@ -194,7 +195,7 @@ async function showStep(stepId) {
     el("dt", {}, "labels"), el("dd", {}, labels.length ? labels.map(([t, l]) => badge(`${t}: ${l.label}${l.exclude ? " (excluded)" : ""}`, l.exclude ? "excluded" : "")) : "none"));
   const lps = d.response_logprobs;
   const meanLp = lps && lps.length ? lps.reduce((a, b) => a + b, 0) / lps.length : null;
-  panel.replaceChildren(
+  setKids(panel,
     el("div", { class: "panel-head" }, el("h2", {}, "Step"), el("button", { type: "button", onclick: () => { panel.hidden = true; state.step = null; } }, "close")),
     kv,
     el("h2", {}, "Messages (the prompt the agent sent) and the reply"), messagesView(d.prompt_messages),
@@ -213,16 +214,16 @@ async function showStep(stepId) {
 function curFilter() { return formParams($("cur-filter")); }
 async function loadCuration(opts = {}) {
   const f = curFilter();
-  $("cur-json").textContent = "StepFilter(" + JSON.stringify(f, null, 0) + ")";
   const [c, rows, meta] = await Promise.all([
     getJSON("/count", { ...f, exact: state.curExact ? "true" : "" }),
     getJSON("/steps", { ...f, limit: 25 }),
     getJSON("/curation", { policy: f.policy || "" }),
   ]);
   state.curExact = false;
+  $("cur-json").textContent = "StepFilter(" + JSON.stringify(c.filter) + ")  # as parsed by the pool: what a lease with it takes";
   const plus = (n, capped) => (capped ? "≥" + n.toLocaleString("en-US") : n);
   cards("cur-cards", [["matching steps", plus(c.steps, c.steps_capped)], ["episodes", plus(c.episodes, c.episodes_capped)],
-    ["not yet consumed", plus(c.unconsumed, c.unconsumed_capped)], ["query ms", c.elapsed_ms]]);
+    ["not yet consumed", plus(c.unconsumed, c.unconsumed_capped)], ["query ms", c.elapsed_ms.toFixed(1)]]);
   state.curRows = rows.data;
   const ids = new Set(rows.data.map((r) => r.step_id));
   for (const s of [...state.selected]) if (!ids.has(s)) state.selected.delete(s);
@@ -284,7 +285,7 @@ async function loadOptimization() {
   const m = sel.merge;
   const modes = ["none", "timeline", "tree"].map((k) => ({ mode: k, ...m[k] }));
   const maxTok = Math.max(1, ...sel.tree.nodes.map((n) => n.tokens));
-  box.replaceChildren(
+  setKids(box,
     el("h2", {}, sel.lease_id ? `Batch ${sel.lease_id}` : `Group ${sel.group_id}`, ` · ${m.steps} steps`),
     table([{ label: "merge mode", key: "mode" }, { label: "tokens before", key: "tokens_before", num: true },
       { label: "tokens after", key: "tokens_after", num: true }, { label: "rows", key: "rows", num: true },
@@ -326,12 +327,21 @@ const VIEWS = { collection: loadCollection, representation: loadRepresentation, 
   optimization: loadOptimization, consumption: loadConsumption };
 
 async function refresh() {
-  if (state.busy || document.hidden) return;
+  if (document.hidden) return;
+  if (state.busy) { state.again = true; return; } // run once more when the current load ends
   state.busy = true;
+  state.again = false;
+  const view = state.view;
   setStatus("busy", "loading");
-  try { await VIEWS[state.view](); setStatus("", "live · updated " + new Date().toLocaleTimeString()); document.body.dataset.loaded = state.view; }
-  catch (e) { setStatus("err", e.message); }
-  finally { state.busy = false; }
+  try {
+    await VIEWS[view]();
+    setStatus("", "live · updated " + new Date().toLocaleTimeString());
+    if (state.view === view) document.body.dataset.loaded = view;
+  } catch (e) { setStatus("err", e.message); }
+  finally {
+    state.busy = false;
+    if (state.again || state.view !== view) refresh();
+  }
 }
 
 function route() {
