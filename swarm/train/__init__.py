@@ -8,8 +8,10 @@ Typical flow (``flows/train.py``)::
     trainer.save_checkpoint(extra={"lease": lease_id})  # then ack the lease
 
 Pure functions (``advantages``, ``losses``) hold the RL math; ``Trainer`` holds the state.
+Under torchrun, ``distributed`` makes the update data parallel (rank 0 leads, others ``follow``).
 """
 
+from swarm.train import distributed
 from swarm.train.advantages import advantage_stats, assign_credit, group_keys, grpo_advantages
 from swarm.train.checkpoint import commit_checkpoint, load_latest_checkpoint
 from swarm.train.config import LoraSpec, TrainConfig
@@ -36,4 +38,5 @@ __all__ = [
     "save_adapter",
     "commit_checkpoint",
     "load_latest_checkpoint",
+    "distributed",
 ]

@@ -9,6 +9,11 @@ the step. :meth:`Trainer.publish` saves the adapter in peft format, calls the ba
 ``load_weights(policy, adapter_state, version)`` and bumps the version.
 :meth:`Trainer.save_checkpoint` / :meth:`Trainer.resume` make the loop restartable.
 
+When a ``torch.distributed`` process group is initialised (torchrun), the update is data
+parallel (``swarm.train.distributed``): each rank runs its share of the micro-batches, the
+gradients and metric sums are summed over ranks before clipping, every rank steps identically,
+and only rank 0 writes adapters and checkpoints or calls the backend.
+
 It does not lease or ack pool batches, compute advantages, or log: callers do, with the
 metrics dict each call returns.
 """
@@ -24,6 +29,7 @@ import torch
 from swarm.errors import ValidationError
 from swarm.merge import TrainSeq, collate, merge_items, micro_batches
 from swarm.records import PolicyVersion
+from swarm.train import distributed
 from swarm.train.advantages import advantage_stats
 from swarm.train.checkpoint import commit_checkpoint, load_latest_checkpoint
 from swarm.train.config import TrainConfig
@@ -35,7 +41,11 @@ __all__ = ["Trainer"]
 
 
 class Trainer:
-    """One policy's trainer. ``backend`` is anything with ``load_weights(policy, state, version)``."""
+    """One policy's trainer. ``backend`` is anything with ``load_weights(policy, state, version)``.
+
+    ``device`` moves the model (and ``ref_model``) there, e.g. ``"cuda:0"``; None leaves them
+    where they are. Under torch.distributed the trainable weights start as rank 0's.
+    """
 
     def __init__(
         self,
@@ -47,6 +57,7 @@ class Trainer:
         out_dir: str | Path | None = None,
         ref_model: torch.nn.Module | None = None,
         version: int | None = None,
+        device: str | torch.device | None = None,
     ) -> None:
         self.config = config or TrainConfig()
         self.policy = policy
@@ -67,6 +78,9 @@ class Trainer:
                     task_type="CAUSAL_LM",
                 ),
             )
+        if device is not None:
+            model = model.to(device)
+            ref_model = None if ref_model is None else ref_model.to(device)
         self.model = model
         self.ref_model = ref_model
         if self.config.kl_coef > 0 and not is_peft(model) and ref_model is None:
@@ -74,6 +88,7 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         if not params:
             raise ValidationError("the model has no trainable parameters")
+        distributed.broadcast_params(params)  # e.g. LoRA's random init: rank 0's everywhere
         self.optimizer = torch.optim.AdamW(
             params, lr=self.config.lr, betas=self.config.betas, weight_decay=self.config.weight_decay
         )
@@ -83,12 +98,13 @@ class Trainer:
         self.updates = 0
 
     @classmethod
-    def from_pretrained(cls, model_path: str | Path, config: TrainConfig | None = None, **kwargs: Any) -> Trainer:
-        """Load a local causal LM in fp32 (no downloads when HF_HUB_OFFLINE is set)."""
+    def from_pretrained(cls, model_path: str | Path, config: TrainConfig | None = None,
+                        device: str | torch.device = "cpu", **kwargs: Any) -> Trainer:
+        """Load a local causal LM in fp32 onto ``device`` (no downloads when HF_HUB_OFFLINE is set)."""
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
-        return cls(model, config, **kwargs)
+        return cls(model, config, device=device, **kwargs)
 
     # -- the update ---------------------------------------------------------------------------
 
@@ -99,6 +115,7 @@ class Trainer:
         metrics = self.accumulate_gradients(items)
         t4 = time.perf_counter()
         params = [p for p in self.model.parameters() if p.requires_grad]
+        distributed.all_reduce_grads(params)  # sum of the ranks' shares = the full-batch gradient
         max_norm = self.config.max_grad_norm if self.config.max_grad_norm else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         if metrics["train/tokens"] > 0:
@@ -115,6 +132,8 @@ class Trainer:
         """Merge, forward and backward every micro-batch, adding the batch gradient to ``.grad``.
 
         No optimizer step, no zeroing: the gradient equals that of the whole batch's loss.
+        Under torch.distributed only this rank's share of the micro-batches is run (its
+        gradient is a part of the sum; ``update`` all-reduces it); the metrics cover all ranks.
         """
         cfg = self.config
         t0 = time.perf_counter()
@@ -124,28 +143,31 @@ class Trainer:
         for row in batch.rows:
             for i in row.target_item:
                 n_targets[i] += 1
-        w_item = item_token_weights(n_targets, cfg.loss_agg).float()
-        adv = torch.tensor([it.advantage for it in items], dtype=torch.float32)
+        dev = next(self.model.parameters()).device
+        w_item = item_token_weights(n_targets, cfg.loss_agg).float().to(dev)
+        adv = torch.tensor([it.advantage for it in items], dtype=torch.float32, device=dev)
         width = max((len(it.response_ids) for it in items), default=0)
         beh = torch.full((len(items), max(width, 1)), float("nan"))
         for i, it in enumerate(items):
             if it.behaviour_logprobs is not None and it.response_ids:
                 beh[i, : len(it.response_ids)] = torch.tensor(it.behaviour_logprobs)
+        beh = beh.to(dev)
 
         self.model.train()
         sums = {k: 0.0 for k in ("loss", "pg", "kl_ref", "clipped", "approx_kl", "entropy", "ratio", "tis")}
         count = 0
         t_fwd = t_bwd = 0.0
-        for group in micro_batches(batch.rows, cfg.token_budget):
+        for group in distributed.shard(micro_batches(batch.rows, cfg.token_budget)):
             col = collate([batch.rows[i] for i in group], pad_id=cfg.pad_id)
             if col.target_ids.numel() == 0:
                 continue
             t1 = time.perf_counter()
             logp, ent = target_logprobs(self.model, col, cfg.temperature, with_entropy=True)
-            a = adv[col.target_item]
+            item, offset = col.target_item.to(logp.device), col.target_offset.to(logp.device)
+            a = adv[item]
             pg, info = ppo_clip_loss(
                 logp,
-                beh[col.target_item, col.target_offset],
+                beh[item, offset],
                 a,
                 proximal_logp=logp.detach() if cfg.ratio == "decoupled" else None,
                 clip_low=cfg.clip_low,
@@ -157,7 +179,7 @@ class Trainer:
                 kl = k3_kl(logp, self._ref_logprobs(col))
                 tok_loss = pg + cfg.kl_coef * kl
                 sums["kl_ref"] += kl.detach().sum().item()
-            w = w_item[col.target_item]
+            w = w_item[item]
             loss = (w * tok_loss).sum()
             t2 = time.perf_counter()
             loss.backward()
@@ -173,6 +195,9 @@ class Trainer:
             sums["entropy"] += ent.sum().item()
             count += int(col.target_ids.numel())
 
+        sums["count"] = float(count)
+        sums = distributed.all_reduce_sums(sums, dev)
+        count = int(sums["count"])
         n = max(count, 1)
         metrics = {
             "train/loss": sums["loss"],
@@ -208,14 +233,19 @@ class Trainer:
         return adapter_state(self.model)
 
     def publish(self) -> tuple[PolicyVersion, dict[str, float]]:
-        """Save (when ``out_dir`` is set), load into the backend, bump the version."""
+        """Save (when ``out_dir`` is set), load into the backend, bump the version.
+
+        Under torch.distributed only rank 0 saves and loads; the others just bump the version
+        (the record still names the path rank 0 wrote).
+        """
         t0 = time.perf_counter()
         version = self.version + 1
         path = None
         if self.out_dir is not None:
-            path = save_adapter(self.model, self.out_dir / "adapters" / self.policy / f"v{version:06d}",
-                                policy=self.policy, version=version)
-        if self.backend is not None:
+            path = self.out_dir / "adapters" / self.policy / f"v{version:06d}"
+            if distributed.is_main():
+                path = save_adapter(self.model, path, policy=self.policy, version=version)
+        if self.backend is not None and distributed.is_main():
             self.backend.load_weights(self.policy, self.adapter_state(), version)
         self.version = version
         record = PolicyVersion(policy=self.policy, version=version, adapter_path=None if path is None else str(path))
@@ -231,8 +261,14 @@ class Trainer:
     # -- checkpoint / resume ------------------------------------------------------------------
 
     def save_checkpoint(self, root: str | Path | None = None, extra: dict[str, Any] | None = None) -> Path:
-        """Commit trainable weights, optimizer, versions and ``extra`` atomically."""
+        """Commit trainable weights, optimizer, versions and ``extra`` atomically.
+
+        Under torch.distributed only rank 0 writes (every rank holds the same state); the
+        others return the path rank 0 commits to.
+        """
         root = self._ckpt_root(root)
+        if not distributed.is_main():
+            return root / f"ckpt-{self.updates:08d}"
         trainable = {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad}
         state = {
             "updates": self.updates,
