@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from populate import populate
+from populate import ADMIN, populate
 
 from swarm.gateway import GatewaySettings
 from swarm.policy.echo import EchoBackend
 from swarm.pool import Pool
 from swarm.stack import start_stack
 
-ADMIN = "dash-admin-token"
 # Debian's chromium, loopback only (see shared/ENVIRONMENT.md "Browser tests")
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
@@ -25,9 +24,13 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    """A headless Chromium (skips when chromium or playwright is not installed)."""
+    """A headless Chromium (skips when chromium or playwright is not installed).
+
+    Module-scoped: playwright's sync API keeps an asyncio loop running in the main thread while
+    it is open, which would break later tests that call ``asyncio.run``.
+    """
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:
         pytest.skip("chromium is not installed (apt-get install -y chromium); .ci/run installs it")

@@ -15,6 +15,7 @@ import httpx
 from swarm.client import SwarmClient
 from swarm.records import PolicyVersion
 
+ADMIN = "dash-admin-token"  # the admin token of the dashboard tests' gateway
 WORDS = ("apple", "river", "stone", "cloud", "amber", "maple", "tiger", "ocean")
 
 

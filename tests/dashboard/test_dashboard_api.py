@@ -8,7 +8,7 @@ import io
 import httpx
 import polars as pl
 import pytest
-from conftest import ADMIN
+from populate import ADMIN
 
 from swarm.dashboard import svg
 from swarm.dashboard.snapshot import summarize

@@ -8,8 +8,7 @@ import re
 import httpx
 import polars as pl
 import pytest
-from conftest import ADMIN
-from populate import run_groups
+from populate import ADMIN, run_groups
 
 from swarm.pool import StepFilter
 
