@@ -36,9 +36,9 @@ from swarm import loop
 from swarm.errors import LeaseError
 from swarm.pool import Lease, Pool
 from swarm.stack import start_stack
-from swarm.train import Trainer, items_from_steps
+from swarm.train import Trainer, distributed, items_from_steps
 
-__all__ = ["train_flow", "run_update", "main"]
+__all__ = ["train_flow", "run_update", "follow_flow", "main"]
 
 
 @task(name="wait-for-batch", cache_policy=NONE)
@@ -57,6 +57,7 @@ def lease_task(pool: Pool, flt: Any, decision: Any, ttl_s: float) -> Lease:
 @task(name="update", cache_policy=NONE)
 def update_task(trainer: Trainer, steps: list, algo: dict[str, Any]) -> dict[str, float]:
     items = items_from_steps(steps, group_by=algo.get("group_by", "group"), scale_std=bool(algo.get("scale_std", True)))
+    distributed.broadcast_batch(items, trainer.policy, trainer.version)  # torchrun: ranks > 0 train it too
     return trainer.update(items)
 
 
@@ -124,7 +125,10 @@ def train_flow(cfg: dict[str, Any]) -> dict[str, Any]:
     path = trainer_model_path(cfg["model"])
     tc = make_train_config(cfg["algo"], float(cfg["task"]["temperature"]),
                            pad_id=int(getattr(getattr(backend, "tokenizer", None), "pad_token_id", 0) or 0))
-    trainers = {p: Trainer.from_pretrained(path, tc, policy=p, backend=backend, out_dir=out) for p in policies}
+    tc = distributed.broadcast_object(tc)  # torchrun: follow_flow receives it
+    device = distributed.local_device(str(cfg["train"].get("device", "cpu")))
+    trainers = {p: Trainer.from_pretrained(path, tc, policy=p, backend=backend, out_dir=out, device=device)
+                for p in policies}
     if cfg["train"].get("resume", True):
         for tr in trainers.values():
             _resume(tr, pool, backend)
@@ -170,6 +174,8 @@ def train_flow(cfg: dict[str, Any]) -> dict[str, Any]:
             status = "FAILED"
             raise
         finally:
+            if status != "FAILED":  # torchrun: release the followers (on a failure torchrun ends them)
+                distributed.broadcast_batch(None)
             stop.set()
             for p in procs:
                 if p.poll() is None:
@@ -185,6 +191,20 @@ def train_flow(cfg: dict[str, Any]) -> dict[str, Any]:
             pool.close()
         summary = console.summary(history, run.info.run_id, status)
     return summary
+
+
+# -- torchrun data parallel (docs/scale_out.md "Training on GPUs"): ranks > 0 run this, not the flow --
+def follow_flow(cfg: dict[str, Any]) -> int:
+    """Ranks > 0: rank 0's trainers (same order, same TrainConfig), trained on the batches it broadcasts."""
+    tc = distributed.broadcast_object(None)  # train_flow's TrainConfig (pad id from rank 0's backend)
+    device = distributed.local_device(str(cfg["train"].get("device", "cpu")))
+    path = trainer_model_path(cfg["model"])
+    trainers = {p: Trainer.from_pretrained(path, tc, policy=p, out_dir=cfg["train"]["out_dir"], device=device)
+                for p in cfg["policies"]}
+    if cfg["train"].get("resume", True):
+        for tr in trainers.values():
+            tr.resume()  # the checkpoint rank 0 resumes from (shared out_dir)
+    return distributed.follow(trainers)
 
 
 def _log_samples(steps: list, backend: Any, policy: str, version: int, n: int) -> None:
@@ -208,6 +228,18 @@ def main(cfg: DictConfig) -> None:
     logging.getLogger("prefect.task_runs").setLevel(logging.WARNING)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
+    # -- torchrun (WORLD_SIZE > 1): rank 0 runs the flow, ranks > 0 follow it (docs/scale_out.md) --
+    if distributed.init_from_env(str(resolved["train"].get("device", "cpu"))):
+        resolved = distributed.broadcast_object(resolved)  # rank 0's out_dir: hydra's differs per process
+        try:
+            if distributed.is_main():
+                train_flow(resolved)
+            else:
+                n = follow_flow(resolved)
+                print(f"rank {distributed.rank()}: followed {n} updates", flush=True)
+        finally:
+            distributed.shutdown()
+        return
     train_flow(resolved)
 
 

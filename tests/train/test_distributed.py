@@ -130,3 +130,21 @@ def test_without_a_process_group_everything_is_local():
     assert distributed.all_reduce_sums({"a": 1.5}) == {"a": 1.5}
     assert distributed.broadcast_batch(None) is None
     assert distributed.local_device("cpu") == "cpu"
+
+
+@pytest.mark.slow
+def test_torchrun_runs_the_training_flow_on_two_cpu_ranks(tmp_path):
+    """``torchrun --nproc_per_node=2 -m flows.train`` (gloo): rank 0 runs the flow, rank 1 follows every update."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+           f"--master_port={_free_port()}", "-m", "flows.train", "train.updates=2", "batching.min_groups=2",
+           f"train.out_dir={tmp_path / 'run'}", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlruns.db'}",
+           "mlflow.sample_trajectories=0", f"hydra.run.dir={tmp_path / 'hydra'}"]
+    proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "rank 1: followed 2 updates" in proc.stdout + proc.stderr
+    assert (tmp_path / "run" / "checkpoints" / "default" / "LATEST").read_text() == "ckpt-00000002"
