@@ -22,10 +22,8 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory, chromium: Any) -> Iterator[dict[str, Any]]:
+def trained(tmp_path_factory: pytest.TempPathFactory, chromium: Any, prefect_harness: None) -> Iterator[dict[str, Any]]:
     """Three updates of the default echo task, then a gateway (same tiny model) over the run's pool."""
-    from prefect.testing.utilities import prefect_test_harness
-
     from flows.components import lora_spec, make_backend
     from flows.train import train_flow
 
@@ -34,8 +32,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory, chromium: Any) -> Iterator
                  "mlflow.sample_trajectories=0", "train.updates=3", "batching.min_groups=2"]
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = OmegaConf.to_container(compose(config_name="train", overrides=overrides), resolve=True)
-    with prefect_test_harness(server_startup_timeout=120):
-        summary = train_flow(cfg)
+    summary = train_flow(cfg)
     assert summary["status"] == "FINISHED"
     pool = Pool(cfg["pool"]["url"])
     backend = make_backend(cfg["model"], list(cfg["policies"]), lora_spec(cfg["algo"]))
