@@ -262,7 +262,8 @@ def schedule_kwargs(spec: CampaignSpec, overrides: list[str], conf_dir: str | No
 def deployment(campaign: str, overrides: list[str], conf_dir: str | None = None) -> Any:
     """The campaign as a Prefect deployment (``.apply()`` registers it; :func:`main` serves it)."""
     spec, _, _ = _load_campaign(campaign, overrides, conf_dir or CONF)
-    return campaign_flow.to_deployment(**schedule_kwargs(spec, overrides, conf_dir))
+    # _sync: Prefect picks its async variant whenever it sees an event loop (e.g. in a test session)
+    return campaign_flow.to_deployment(**schedule_kwargs(spec, overrides, conf_dir), _sync=True)
 
 
 def main(argv: list[str] | None = None) -> None:

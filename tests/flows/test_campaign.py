@@ -97,7 +97,7 @@ def test_schedule_is_a_cron_deployment_with_the_right_next_run(tmp_path: Path) -
     from prefect.client.orchestration import get_client
 
     dep = deployment("tiny_lr", _overrides(tmp_path))
-    dep_id = dep.apply()
+    dep_id = dep.apply(_sync=True)
     with get_client(sync_client=True) as client:
         d = client.read_deployment(dep_id)
         assert d.name == "tiny_lr" and d.parameters["scheduled"] is True
