@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import multiprocessing as mp
 import os
-import re
 import secrets
 import statistics
 import subprocess
@@ -35,28 +34,15 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from flows.serve import spawn  # noqa: E402
+
 SYSTEM = {"role": "system", "content": "You are a relay agent in a benchmark."}
 
 
 def start_gateway(pool_url: str, secret: str) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "SWARM_GATEWAY_SECRET": secret}
-    env.pop("SWARM_POOL_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "flows.serve", "model=echo", "gateway.port=0",
-                             f"pool.url={pool_url}"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        m = re.search(r"http://[\d.]+:\d+", line)
-        if m:
-            url = m.group(0)
-            for _ in range(400):
-                try:
-                    httpx.get(url + "/health")
-                    return proc, url
-                except httpx.HTTPError:
-                    time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("gateway did not start")
+    gw = spawn("model=echo", f"pool.url={pool_url}", env={"SWARM_GATEWAY_SECRET": secret, "SWARM_POOL_URL": None},
+               timeout_s=20)
+    return gw.proc, gw.url
 
 
 async def _client(urls: list[str], idx: int, turns: int, t_start: float, t_end: float,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from flows.serve import spawn  # noqa: E402
 from swarm.policy.base import GenerateRequest, SamplingParams  # noqa: E402
 from swarm.policy.echo import EchoBackend  # noqa: E402
 from swarm.pool import Pool  # noqa: E402
@@ -42,22 +42,8 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def start_server(db: Path) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "flows.serve", "model=echo", "gateway.port=0",
-                             f"pool.url=sqlite:///{db}"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        m = re.search(r"http://[\d.]+:\d+", line)
-        if m:
-            url = m.group(0)
-            for _ in range(200):
-                try:
-                    httpx.get(url + "/health")
-                    return proc, url
-                except httpx.HTTPError:
-                    time.sleep(0.05)
-    raise RuntimeError("gateway did not start")
+    gw = spawn("model=echo", f"pool.url=sqlite:///{db}")
+    return gw.proc, gw.url
 
 
 async def backend_latency(calls: int) -> list[float]:

@@ -9,7 +9,15 @@ backend with :mod:`flows.components`, the :class:`~swarm.gateway.GatewaySettings
 from __future__ import annotations
 
 import logging
+import os
+import re
 import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import hydra
@@ -19,7 +27,9 @@ from omegaconf import DictConfig, OmegaConf
 from flows.components import gateway_settings, make_backend, make_pool
 from swarm.gateway import create_app
 
-__all__ = ["main", "serve"]
+__all__ = ["main", "serve", "spawn", "GatewayProcess"]
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @hydra.main(config_path="../conf", config_name="serve", version_base="1.3")
@@ -49,6 +59,60 @@ def serve(cfg: DictConfig) -> None:
 
 def main() -> None:
     serve()
+
+
+@dataclass
+class GatewayProcess:
+    """A ``python -m flows.serve`` subprocess (for tests, benchmarks and scripts)."""
+
+    proc: subprocess.Popen
+    url: str
+    log: Path
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def spawn(*overrides: str, env: dict[str, str | None] | None = None, timeout_s: float = 90.0) -> GatewayProcess:
+    """Start ``python -m flows.serve`` on a free loopback port and wait until ``/health`` answers.
+
+    ``overrides`` follow the defaults ``gateway.host=127.0.0.1 gateway.port=0``, so they win. The
+    output goes to a temporary log file (a pipe nobody reads would block the server once full).
+    ``env`` adds variables to this process's environment; a ``None`` value removes one.
+    """
+    import httpx
+
+    log = Path(tempfile.mkstemp(prefix="swarm-serve-", suffix=".log")[1])
+    cmd = [sys.executable, "-m", "flows.serve", "gateway.host=127.0.0.1", "gateway.port=0", *overrides]
+    full_env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for key, value in (env or {}).items():
+        if value is None:
+            full_env.pop(key, None)
+        else:
+            full_env[key] = value
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout_s
+    url = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        if url is None:
+            m = re.search(r"http://127\.0\.0\.1:\d+", log.read_text())
+            url = m.group(0) if m else None
+        if url is not None:
+            try:
+                if httpx.get(url + "/health", timeout=5).status_code == 200:
+                    return GatewayProcess(proc, url, log)
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.05)
+    GatewayProcess(proc, url or "", log).stop()
+    raise RuntimeError(f"flows.serve did not start within {timeout_s:.0f}s:\n{log.read_text()[-4000:]}")
 
 
 if __name__ == "__main__":

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from flows.serve import spawn
 from swarm.pool import Pool, StepFilter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,27 +77,8 @@ def test_32_concurrent_clients_every_acknowledged_call_is_stored(gateway: Any) -
 
 
 def _start(db: Path, secret: str) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "SWARM_GATEWAY_SECRET": secret, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.serve", "model=echo", "gateway.port=0", f"pool.url=sqlite:///{db}"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 60
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        m = re.search(r"http://[\d.]+:\d+", line or "")
-        if m:
-            url = m.group(0)
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(url + "/health").status_code == 200:
-                        return proc, url
-                except httpx.HTTPError:
-                    time.sleep(0.05)
-        if proc.poll() is not None:
-            break
-    proc.kill()
-    raise AssertionError(f"flows.serve did not start: {proc.stdout.read() if proc.stdout else ''}")
+    gw = spawn("model=echo", f"pool.url=sqlite:///{db}", env={"SWARM_GATEWAY_SECRET": secret}, timeout_s=60)
+    return gw.proc, gw.url
 
 
 def test_kill_9_under_load_loses_no_acknowledged_step(tmp_path: Path) -> None:
