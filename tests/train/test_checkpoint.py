@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from train_helpers import make_tiny_llama
+from tiny_llama import make_tiny_llama
 
 from swarm.merge.synthetic import multiturn_items
 from swarm.train import LoraSpec, TrainConfig, Trainer, commit_checkpoint, load_latest_checkpoint

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.multiprocessing as mp
-from train_helpers import make_tiny_llama
+from tiny_llama import make_tiny_llama
 
 from swarm.merge import merge_items, micro_batches
 from swarm.merge.synthetic import multiturn_items

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from train_helpers import make_tiny_llama
+from tiny_llama import make_tiny_llama
 
 from swarm.merge.synthetic import multiturn_items
 from swarm.train import LoraSpec, TrainConfig, Trainer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from train_helpers import make_tiny_llama
+from tiny_llama import make_tiny_llama
 
 from swarm.errors import ValidationError
 from swarm.merge import TrainSeq, collate, merge_items

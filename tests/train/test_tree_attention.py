@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from train_helpers import make_tiny_llama
+from tiny_llama import make_tiny_llama
 
 from swarm.merge import collate, merge_items
 from swarm.merge.synthetic import multiturn_items, random_tree_items

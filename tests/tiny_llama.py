@@ -1,4 +1,4 @@
-"""A tiny random Llama (hidden 32, 2 layers) for merge and trainer tests; one CPU thread."""
+"""A tiny random Llama (hidden 32, 2 layers) shared by the merge and trainer tests; one CPU thread."""
 
 from __future__ import annotations
 
