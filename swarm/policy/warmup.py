@@ -85,6 +85,6 @@ def word_chain_warmup(model: Any, tokenizer: Any, steps: int = 300, batch_size: 
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     model.eval()
     return losses
