@@ -3,6 +3,7 @@ final summary table. Presentation only."""
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from rich.console import Console
@@ -42,12 +43,15 @@ class TrainProgress:
 
 
 def summary(history: list[dict[str, float]], run_id: str, status: str) -> dict[str, Any]:
-    """Print the summary table; return first/last/best mean reward and the MLflow run id."""
+    """Print the summary table; return the mean reward of the first 5 and last 10 updates, the best
+    one, and the MLflow run id."""
     keys = sorted({k for row in history for k in row if k.startswith("reward/mean")})
     key = keys[0] if keys else "reward/mean"
     rewards = [row.get(key, 0.0) for row in history]
+    # single updates are noisy (a few prompt groups each): report windows
     out = {"run_id": run_id, "status": status, "updates": len(history),
-           "reward_first": rewards[0] if rewards else None, "reward_last": rewards[-1] if rewards else None,
+           "reward_first5": statistics.fmean(rewards[:5]) if rewards else None,
+           "reward_last10": statistics.fmean(rewards[-10:]) if rewards else None,
            "reward_best": max(rewards) if rewards else None}
     table = Table(title=f"swarmpool run {run_id} ({status})")
     table.add_column("metric")
