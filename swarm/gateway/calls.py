@@ -250,5 +250,6 @@ async def store(state: GatewayState, plan: CallPlan, gens: list[Generation]) -> 
         last = await state.db(state.pool.last_step, ep_id, with_tokens=False)
         parent = plan.prompt.parent_step_id or (last.step_id if last else None)
         steps = _steps(plan, gens, 0 if last is None else last.index + 1, parent)
-        await state.write(state.pool.add_steps, steps)
+        # the pool numbers them in its write transaction: another gateway may write this episode too
+        await state.write(state.pool.add_steps, steps, append=True)
     return steps

@@ -66,7 +66,7 @@ async def submit_steps(body: StepsSubmit, caller: Caller = Depends(episode_calle
             steps.append(step)
             ids.append(step.step_id)
         if steps:
-            await state.write(state.pool.add_steps, steps)
+            await state.write(state.pool.add_steps, steps, append=True)
     return {"step_ids": ids}
 
 

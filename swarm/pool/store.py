@@ -231,13 +231,15 @@ class Pool(AnnotateMixin, LeaseMixin, ExportMixin):
     def add_step(self, step: Step) -> str:
         return self.add_steps([step])[0]
 
-    def add_steps(self, steps: list[Step]) -> list[str]:
+    def add_steps(self, steps: list[Step], append: bool = False) -> list[str]:
         """Store a batch of steps in one transaction; idempotent on step_id.
 
         Re-adding a step identical to the stored one (rewards aside) is a no-op; a different
         step under an existing id is a ConflictError. New steps need their episode to exist
         (NotFoundError) and be open (ConflictError). Empty ``task`` / ``group_id`` are taken
-        from the episode.
+        from the episode. With ``append``, new steps get their episode's next indices inside
+        the write transaction (in batch order, also set on the given Step objects), so several
+        gateways writing one episode never hand out the same index.
         """
         batch: dict[str, Step] = {}
         for i, s in enumerate(steps):
@@ -251,7 +253,7 @@ class Pool(AnnotateMixin, LeaseMixin, ExportMixin):
         for attempt in range(3):
             try:
                 with self._tx(write=True) as c:
-                    n_new = self._insert_steps(c, batch, prepared)
+                    n_new = self._insert_steps(c, batch, prepared, append)
                 break
             except sa.exc.IntegrityError:
                 # a concurrent writer (PostgreSQL) inserted one of these ids first: look again
@@ -296,32 +298,45 @@ class Pool(AnnotateMixin, LeaseMixin, ExportMixin):
             },
         }
 
-    def _insert_steps(self, c: sa.Connection, batch: dict[str, Step], prepared: dict[str, dict]) -> int:
-        existing: dict[str, bytes] = {}
+    def _insert_steps(self, c: sa.Connection, batch: dict[str, Step], prepared: dict[str, dict],
+                      append: bool = False) -> int:
+        existing: dict[str, tuple[bytes, int]] = {}
         for chunk in chunks(list(batch)):
-            existing.update(
-                (k, v) for k, v in c.execute(sa.select(S.c.step_id, S.c.digest).where(S.c.step_id.in_(chunk)))
-            )
+            q = sa.select(S.c.step_id, S.c.digest, S.c.idx).where(S.c.step_id.in_(chunk))
+            existing.update((r.step_id, (r.digest, r.idx)) for r in c.execute(q))
         ep_ids = sorted({s.episode_id for s in batch.values()})
         eps: dict[str, Any] = {}
         for chunk in chunks(ep_ids):
             q = sa.select(E.c.episode_id, E.c.status, E.c.task, E.c.group_id).where(E.c.episode_id.in_(chunk))
+            if append and self.dialect == "postgresql":
+                q = q.with_for_update()  # appends to one episode queue here; SQLite's write lock does it there
             eps.update({r.episode_id: r for r in c.execute(q)})
+        next_idx: dict[str, int] = {}
         rows, block_rows, touched = [], {}, set()
         for sid, s in batch.items():
             ep = eps.get(s.episode_id)
             if ep is None:
                 raise NotFoundError("step names an episode that does not exist", episode_id=s.episode_id, step_id=sid)
             norm = s.model_copy(update={"task": s.task or ep.task, "group_id": s.group_id or ep.group_id})
-            dig = digest(norm)
             if sid in existing:
-                if existing[sid] != dig:
+                stored_digest, stored_idx = existing[sid]
+                if append:  # the retry was numbered before it knew the stored index
+                    norm = norm.model_copy(update={"index": stored_idx})
+                if stored_digest != digest(norm):
                     raise ConflictError("a different step with this step_id is already stored", step_id=sid)
                 continue
             if ep.status != EpisodeStatus.open.value:
                 raise ConflictError(f"episode is {ep.status}, not open", episode_id=s.episode_id, step_id=sid)
+            if append:
+                if s.episode_id not in next_idx:
+                    top = c.execute(sa.select(sa.func.max(S.c.idx)).where(S.c.episode_id == s.episode_id)).scalar()
+                    next_idx[s.episode_id] = 0 if top is None else top + 1
+                s.index = next_idx[s.episode_id]
+                next_idx[s.episode_id] += 1
+                norm = norm.model_copy(update={"index": s.index})
+            dig = digest(norm)
             p = prepared[sid]
-            rows.append({**p["row"], "task": norm.task, "group_id": norm.group_id, "digest": dig})
+            rows.append({**p["row"], "idx": norm.index, "task": norm.task, "group_id": norm.group_id, "digest": dig})
             block_rows.update(p["blocks"])
             touched.add(s.episode_id)
         insert_ignore(c, B, [{"key": k, "tokens": t} for k, t in block_rows.items()])

@@ -192,3 +192,23 @@ def test_extra_gateway_follows_published_versions(pg_url: str, pool: Pool) -> No
         assert r.json()["swarm"]["policy_version"] == 1
     finally:
         follower.stop()
+
+
+def test_concurrent_calls_of_one_episode_on_two_gateways_get_distinct_indices(gateways, pool) -> None:
+    """Both gateways write one episode at once; the pool numbers the steps, so no index repeats."""
+    a, b = gateways
+    ep = begin(a.url)
+    results: list[int] = []
+
+    def call(url: str, k: int) -> None:
+        r = chat(url, ep["api_key"], [SYSTEM, {"role": "user", "content": f"parallel {k}"}])
+        results.append(r.status_code)
+
+    threads = [threading.Thread(target=call, args=((a, b)[k % 2].url, k)) for k in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [200] * 12
+    steps = pool.query_steps(StepFilter(episode_id=ep["episode_id"]), limit=100)
+    assert sorted(s.index for s in steps) == list(range(12))
