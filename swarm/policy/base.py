@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["SamplingParams", "GenerateRequest", "Generation", "TokenDelta", "PolicyBackend"]
+__all__ = ["SamplingParams", "GenerateRequest", "Generation", "TokenDelta", "PolicyBackend", "VersionTable"]
 
 
 @dataclass(frozen=True)
@@ -102,3 +102,23 @@ class PolicyBackend(Protocol):
     def load_weights(self, policy: str, adapter_state: dict[str, Any], version: int) -> None:
         """Swap in new weights atomically between generations; requests after this get ``version``."""
         ...
+
+
+class VersionTable:
+    """``policies`` / ``version`` over ``self._versions`` (policy -> served version), and the
+    unknown-policy check, for backends that keep their versions in such a dict."""
+
+    _versions: dict[str, int]
+
+    def _check_policy(self, policy: str) -> None:
+        if policy not in self._versions:
+            from swarm.errors import NotFoundError
+
+            raise NotFoundError(f"unknown policy {policy!r}; served: {sorted(self._versions)}", policy=policy)
+
+    def policies(self) -> list[str]:
+        return list(self._versions)
+
+    def version(self, policy: str) -> int:
+        self._check_policy(policy)
+        return self._versions[policy]

@@ -24,8 +24,8 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from swarm.errors import ContextLengthError, NotFoundError
-from swarm.policy.base import GenerateRequest, Generation, TokenDelta
+from swarm.errors import ContextLengthError
+from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
 
 __all__ = ["EchoBackend", "SPECIAL_TOKENS"]
 
@@ -58,7 +58,7 @@ def _tool_call_text(call: dict[str, Any]) -> str:
     return "<tool_call>\n" + json.dumps({"name": fn.get("name", ""), "arguments": args}) + "\n</tool_call>"
 
 
-class EchoBackend:
+class EchoBackend(VersionTable):
     """A PolicyBackend that replies instantly and deterministically (see the module docstring)."""
 
     def __init__(
@@ -74,23 +74,12 @@ class EchoBackend:
         self._delay_s = delay_s
 
     # -- PolicyBackend: metadata -------------------------------------------------------------
-    def policies(self) -> list[str]:
-        return list(self._versions)
-
-    def _check(self, policy: str) -> None:
-        if policy not in self._versions:
-            raise NotFoundError(f"unknown policy {policy!r}; served: {sorted(self._versions)}", policy=policy)
-
-    def version(self, policy: str) -> int:
-        self._check(policy)
-        return self._versions[policy]
-
     def max_context(self, policy: str) -> int:
-        self._check(policy)
+        self._check_policy(policy)
         return self._max_context
 
     def load_weights(self, policy: str, adapter_state: dict[str, Any], version: int) -> None:
-        self._check(policy)
+        self._check_policy(policy)
         self._versions[policy] = version
 
     # -- PolicyBackend: text <-> ids ---------------------------------------------------------
@@ -139,7 +128,7 @@ class EchoBackend:
 
     # -- PolicyBackend: generation -----------------------------------------------------------
     def _prompt_ids(self, request: GenerateRequest) -> list[int]:
-        self._check(request.policy)
+        self._check_policy(request.policy)
         if request.prompt_ids is not None:
             ids = list(request.prompt_ids)
         else:

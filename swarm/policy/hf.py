@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from swarm.errors import BackendError, ConflictError, ContextLengthError, NotFoundError, ValidationError
+from swarm.errors import BackendError, ConflictError, ContextLengthError, ValidationError
 from swarm.policy._decode import Row, decode_batch
-from swarm.policy.base import GenerateRequest, Generation, TokenDelta
+from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
 from swarm.policy.chat import LocalTokenizer
 from swarm.policy.lora import DEFAULT_LORA, attach_adapters, get_adapter_state, load_adapter_state, load_base_state
 from swarm.policy.tiny import load_template
@@ -58,7 +58,7 @@ class _Job:
     finals: dict[int, Generation] = field(default_factory=dict)
 
 
-class HFBackend(LocalTokenizer):
+class HFBackend(LocalTokenizer, VersionTable):
     """transformers backend implementing :class:`~swarm.policy.base.PolicyBackend`.
 
     ``policies``: a list of names (each gets an adapter built from ``lora`` when ``lora`` is given,
@@ -148,18 +148,7 @@ class HFBackend(LocalTokenizer):
             ids.update([e] if isinstance(e, int) else (e or []))
         return ids
 
-    def _check_policy(self, policy: str) -> None:
-        if policy not in self._versions:
-            raise NotFoundError(f"unknown policy {policy!r}; served: {sorted(self._versions)}", policy=policy)
-
     # ----------------------------------------------------------------------------- protocol: info
-    def policies(self) -> list[str]:
-        return list(self._versions)
-
-    def version(self, policy: str) -> int:
-        self._check_policy(policy)
-        return self._versions[policy]
-
     def max_context(self, policy: str) -> int:
         self._check_policy(policy)
         return self._max_context

@@ -27,9 +27,9 @@ from typing import Any
 
 import httpx
 
-from swarm.errors import BackendError, ConflictError, ContextLengthError, NotFoundError, ValidationError
+from swarm.errors import BackendError, ConflictError, ContextLengthError, ValidationError
 from swarm.policy._http import backend_error, post_json, raise_for_status, sse_events, token_id
-from swarm.policy.base import GenerateRequest, Generation, TokenDelta
+from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
 from swarm.policy.chat import LocalTokenizer
 from swarm.policy.toolcalls import parse_tool_calls
 
@@ -50,7 +50,7 @@ def _choice_tokens(ch: dict[str, Any]) -> tuple[list[int], list[float] | None]:
     return list(ids), lps
 
 
-class VLLMBackend(LocalTokenizer):
+class VLLMBackend(LocalTokenizer, VersionTable):
     """Client of a ``vllm serve`` server implementing :class:`~swarm.policy.base.PolicyBackend`.
 
     ``model``: the served base model name (as in ``vllm serve <model>``). ``policies``: names
@@ -105,24 +105,13 @@ class VLLMBackend(LocalTokenizer):
         self._lock = threading.Lock()
 
     # ----------------------------------------------------------------------------- info
-    def _check(self, policy: str) -> None:
-        if policy not in self._versions:
-            raise NotFoundError(f"unknown policy {policy!r}; served: {sorted(self._versions)}", policy=policy)
-
-    def policies(self) -> list[str]:
-        return list(self._versions)
-
-    def version(self, policy: str) -> int:
-        self._check(policy)
-        return self._versions[policy]
-
     def served_model(self, policy: str) -> str:
         """The model / adapter name requests for ``policy`` use now."""
-        self._check(policy)
+        self._check_policy(policy)
         return self._served[policy]
 
     def max_context(self, policy: str) -> int:
-        self._check(policy)
+        self._check_policy(policy)
         if self._max_context is None:
             cards = self.models()
             base = next((c for c in cards if c.get("id") == self.model_name), {})
@@ -140,12 +129,12 @@ class VLLMBackend(LocalTokenizer):
         return list(resp.json().get("data") or [])
 
     def _tokenizer_for(self, policy: str) -> Any:
-        self._check(policy)
+        self._check_policy(policy)
         return self.tokenizer
 
     # ----------------------------------------------------------------------------- generation
     def _prepare(self, request: GenerateRequest, stream: bool) -> tuple[list[int], dict[str, Any]]:
-        self._check(request.policy)
+        self._check_policy(request.policy)
         s = request.sampling
         if request.prompt_ids is not None:
             ids = [int(i) for i in request.prompt_ids]
@@ -265,7 +254,7 @@ class VLLMBackend(LocalTokenizer):
     # ----------------------------------------------------------------------------- weights
     def load_weights(self, policy: str, adapter_state: dict[str, Any], version: int) -> None:
         """Write the adapter, load it under ``<policy>-v<version>``, verify, switch, retire the old one."""
-        self._check(policy)
+        self._check_policy(policy)
         cfg = self._lora[policy]
         if cfg is None:
             raise BackendError("the vllm backend updates LoRA adapters only; this policy has none", policy=policy)
