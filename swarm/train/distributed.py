@@ -99,9 +99,15 @@ def init_from_env(device: str = "cpu", timeout_s: float = 24 * 3600) -> bool:
 
 
 def shutdown() -> None:
-    """Destroy the process group (if any)."""
+    """Wait for every rank, then destroy the process group (if any).
+
+    Without the barrier a rank that finishes first tears down rank 0's store while another is
+    still talking to it, and that rank dies in C++ (``terminate called without an active
+    exception``), as seen on a loaded 2-core machine.
+    """
     global _CONTROL
     if dist.is_available() and dist.is_initialized():
+        dist.barrier(group=_CONTROL)
         dist.destroy_process_group()
     _CONTROL = None
 
