@@ -104,6 +104,16 @@ def _swarm(steps: list, i: int) -> dict[str, Any]:
     return {"step_id": s.step_id, "policy_version": s.policy_version, "prefix_consistent": s.prefix_consistent}
 
 
+async def _close(it: AsyncIterator[Any]) -> None:
+    """Close the backend's stream (stops sampling for a client that went away)."""
+    aclose = getattr(it, "aclose", None)
+    if aclose is not None:
+        try:
+            await aclose()
+        except Exception:  # the backend's cleanup must not mask the response
+            log.debug("backend stream close failed", exc_info=True)
+
+
 async def chat_events(state: GatewayState, plan: CallPlan, first: Any, it: AsyncIterator[Any]) -> AsyncIterator[bytes]:
     cid, created, model, n = plan.cid, plan.created, plan.policy, plan.request.sampling.n
     markers = state.settings.tool_call_markers if plan.request.tools else ()
@@ -148,12 +158,7 @@ async def chat_events(state: GatewayState, plan: CallPlan, first: Any, it: Async
     except Exception as exc:  # headers are out: report in-band
         yield _error_event(exc)
     finally:
-        aclose = getattr(it, "aclose", None)
-        if aclose is not None:
-            try:
-                await aclose()
-            except Exception:  # the backend's cleanup must not mask the response
-                log.debug("backend stream close failed", exc_info=True)
+        await _close(it)
 
 
 async def completion_events(state: GatewayState, plan: CallPlan, first: Any,
@@ -185,12 +190,7 @@ async def completion_events(state: GatewayState, plan: CallPlan, first: Any,
             yield _sse(completion_chunk(cid, created, model, [],
                                         usage=usage(len(gens[0].prompt_ids), sum(len(g.response_ids) for g in gens))))
         yield b"data: [DONE]\n\n"
-    except Exception as exc:
+    except Exception as exc:  # headers are out: report in-band
         yield _error_event(exc)
     finally:
-        aclose = getattr(it, "aclose", None)
-        if aclose is not None:
-            try:
-                await aclose()
-            except Exception:
-                log.debug("backend stream close failed", exc_info=True)
+        await _close(it)
