@@ -79,16 +79,17 @@ def run_update(pool: Pool, trainer: Trainer, cfg: dict[str, Any], stop: threadin
     t0 = time.perf_counter()
     flt = loop.trainable_filter(trainer.policy, trainer.version, cfg["train"]["max_staleness"],
                                 nonzero_variance=cfg["batching"]["strategy"] == "groups_var")
-    decision = wait_task(pool, flt, cfg["batching"], int(cfg["task"]["group_size"]),
-                         float(cfg["train"]["batch_timeout_s"]), progress, stop,
-                         stack.sync_clients if stack is not None else None)
-    if not decision.fire:
-        return None
-    if stack is not None and cfg["batching"]["strategy"] in ("any_agree", "all_agree"):
-        stack.take_agreements()
-    lease = lease_task(pool, flt, decision, float(cfg["train"]["lease_ttl_s"]))
-    if not lease.steps:
-        return {}, []
+    while True:  # an empty lease (the groups went to another trainer first) means: wait again
+        decision = wait_task(pool, flt, cfg["batching"], int(cfg["task"]["group_size"]),
+                             float(cfg["train"]["batch_timeout_s"]), progress, stop,
+                             stack.sync_clients if stack is not None else None)
+        if not decision.fire:
+            return None
+        if stack is not None and cfg["batching"]["strategy"] in ("any_agree", "all_agree"):
+            stack.take_agreements()
+        lease = lease_task(pool, flt, decision, float(cfg["train"]["lease_ttl_s"]))
+        if lease.steps:
+            break
     t_wait = time.perf_counter() - t0
     metrics = loop.batch_metrics(lease.steps, trainer.version)
     metrics.update(update_task(trainer, lease.steps, cfg["algo"]))
