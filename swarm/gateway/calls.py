@@ -230,6 +230,8 @@ def _steps(plan: CallPlan, gens: list[Generation], base_index: int, parent: str 
             meta["template_mismatch"] = True
         if g.constraint is not None:  # the grammar it was sampled under: the trainer replays its masks
             meta["constraint"] = g.constraint
+        elif req.constraint is not None:  # a server enforced it with its own masks: recorded, not replayable
+            meta["constraint"] = {**req.constraint.to_record(), "library": "enforced by the serving backend"}
         steps.append(Step(
             step_id=ids[i],
             episode_id=ep.episode_id,

@@ -87,6 +87,17 @@ class Constraint:
                        call_suffix=self.call_suffix, arguments_key=self.arguments_key)
         return out
 
+    def openai_fields(self) -> dict[str, Any]:
+        """The OpenAI request fields that ask for this constraint (for servers that enforce them)."""
+        if self.kind == "json_object":
+            return {"response_format": {"type": "json_object"}}
+        if self.kind == "json_schema":
+            js = {"schema": self.schema, "strict": self.strict, **({"name": self.name} if self.name else {})}
+            return {"response_format": {"type": "json_schema", "json_schema": js}}
+        if len(self.tools) == 1:
+            return {"tool_choice": {"type": "function", "function": {"name": self.tools[0][0]}}}
+        return {"tool_choice": "required"}
+
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> Constraint:
         """The constraint of a stored record (raises ValidationError on a malformed one)."""
@@ -299,6 +310,10 @@ class Grammars:
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return compiled
+
+    def ebnf(self, c: Constraint) -> str:
+        """The grammar as xgrammar EBNF text (what a vLLM server with the xgrammar backend compiles the same way)."""
+        return str(self._grammar(c))
 
     def matcher(self, c: Constraint) -> TokenMask:
         """A fresh :class:`TokenMask` at the start of a reply."""

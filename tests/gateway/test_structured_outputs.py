@@ -152,3 +152,10 @@ def test_a_backend_without_constrained_decoding_refuses(gateway: Any, body: dict
     ok = gateway.chat(ep["api_key"], MSGS, max_tokens=8, response_format={"type": "text"}, tool_choice="auto",
                       top_logprobs=0)
     assert ok.status_code == 200, ok.text
+
+
+def test_whitebox_steps_cannot_declare_a_constraint(gateway: Any) -> None:
+    ep = gateway.episode()
+    step = {"prompt_ids": [5, 6], "response_ids": [7], "metadata": {"constraint": {"kind": "json_object"}}}
+    r = gateway.post("/v1/steps", ep["api_key"], json={"steps": [step]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "steps.0.metadata.constraint", r.text
