@@ -7,9 +7,13 @@ same valid JSON reply token by token (fill the next-token bitmask, accept the to
 masks are compared at every position. CPU seconds (``time.process_time``) next to wall time,
 medians over ``--reps`` distinct schemas (no compile cache hit).
 
-Run: ``.venv/bin/python benchmarks/constraint_bench.py [--reps 20] [--tokenizer PATH]``
-(default: the tiny model's tokenizer, built locally). Prints one line per measurement and a
-last ``constraint:`` line with the ratios.
+Then, end to end on the ``hf`` backend with the tiny model (``--e2e``, default on): the same
+game-like vote prompt, 8 samples per call, with and without the enum ``json_schema``; CPU
+seconds per sampled token, and the share of constrained replies that validate.
+
+Run: ``.venv/bin/python benchmarks/constraint_bench.py [--reps 20] [--calls 10]`` (the tiny model
+and tokenizer are built locally). Prints one line per measurement and a last ``constraint:``
+line with the ratios.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ def _timed(fn):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--tokenizer", default=None)
+    ap.add_argument("--calls", type=int, default=10, help="end-to-end hf calls (8 samples each) per variant")
     args = ap.parse_args()
 
     import torch
@@ -48,11 +52,10 @@ def main() -> None:
     torch.set_num_threads(1)
     from transformers import AutoTokenizer
 
-    if args.tokenizer is None:
-        from swarm.policy.tiny import ensure_tiny_model
+    from swarm.policy.tiny import ensure_tiny_model
 
-        args.tokenizer = str(ensure_tiny_model(cache_dir=REPO / ".cache" / "models"))
-    tok = AutoTokenizer.from_pretrained(args.tokenizer)
+    model_path = str(ensure_tiny_model(cache_dir=REPO / ".cache" / "models"))
+    tok = AutoTokenizer.from_pretrained(model_path)
     vocab = len(tok)
     stop = [tok.eos_token_id]
 
@@ -104,8 +107,47 @@ def main() -> None:
           f"llguidance {med['llg_compile']:.2f} ms cpu")
     print(f"mask per token, median: xgrammar {med['xgr_mask'] * 1e3:.0f} us cpu, "
           f"llguidance {med['llg_mask'] * 1e3:.0f} us cpu; positions where the masks differ: {mismatches}")
+    e2e = _end_to_end(model_path, args.calls)
     print(f"constraint: compile llguidance/xgrammar = {med['llg_compile'] / med['xgr_compile']:.2f}x, "
-          f"mask llguidance/xgrammar = {med['llg_mask'] / med['xgr_mask']:.2f}x")
+          f"mask llguidance/xgrammar = {med['llg_mask'] / med['xgr_mask']:.2f}x, "
+          f"hf decode constrained/free = {e2e:.2f}x cpu per token")
+
+
+def _end_to_end(model_path: str, calls: int) -> float:
+    """CPU seconds per sampled token on the hf backend, constrained vs free; returns the ratio."""
+    import asyncio
+
+    from swarm.policy.base import GenerateRequest, SamplingParams
+    from swarm.policy.constraint import request_constraint
+    from swarm.policy.hf import HFBackend
+
+    backend = HFBackend(model_path, torch_threads=1)
+    schema = _schema(0)
+    c = request_constraint({"type": "json_schema", "json_schema": {"name": "vote", "strict": True, "schema": schema}})
+    msgs = [{"role": "system", "content": "You are player3, a villager."},
+            {"role": "user", "content": "Day 1. Alive: " + ", ".join(schema["properties"]["target"]["enum"])
+             + ". Vote for one player."}]
+    per_token = {}
+    try:
+        for name, constraint in (("free", None), ("json_schema", c)):
+            tokens, valid, cpu = 0, 0, 0.0
+            for k in range(calls):
+                req = GenerateRequest("default", messages=msgs, constraint=constraint,
+                                      sampling=SamplingParams(max_tokens=32, n=8, seed=k))
+                gens, _, c_s = _timed(lambda r=req: asyncio.run(backend.generate(r)))
+                cpu += c_s
+                tokens += sum(len(g.response_ids) for g in gens)
+                for g in gens:
+                    try:
+                        valid += json.loads(g.text)["target"] in schema["properties"]["target"]["enum"]
+                    except (ValueError, KeyError, TypeError):
+                        pass
+            per_token[name] = cpu / tokens
+            print(f"hf decode {name}: {calls} calls x 8 samples, {tokens} tokens, {per_token[name] * 1e3:.2f} ms cpu "
+                  f"per token, valid votes {valid}/{calls * 8}")
+    finally:
+        backend.close()
+    return per_token["json_schema"] / per_token["free"]
 
 
 if __name__ == "__main__":
