@@ -159,3 +159,19 @@ def test_whitebox_steps_cannot_declare_a_constraint(gateway: Any) -> None:
     step = {"prompt_ids": [5, 6], "response_ids": [7], "metadata": {"constraint": {"kind": "json_object"}}}
     r = gateway.post("/v1/steps", ep["api_key"], json={"steps": [step]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "steps.0.metadata.constraint", r.text
+
+
+def test_streamed_call_with_a_bad_schema_is_a_400_before_any_chunk(hf_gateway: Any) -> None:
+    ep = hf_gateway.episode()
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"$ref": "#/missing"}}, "required": ["a"]}}}
+    r = hf_gateway.chat(ep["api_key"], MSGS, max_tokens=8, stream=True, response_format=bad)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "response_format", r.text
+
+
+def test_completions_accept_response_format_too(hf_gateway: Any) -> None:
+    client, _ = _client(hf_gateway)
+    for k in range(3):
+        r = client.completions.create(model="default", prompt="vote:", max_tokens=48, seed=k,
+                                      extra_body={"response_format": RF})
+        jsonschema.validate(json.loads(r.choices[0].text), VOTE)

@@ -103,6 +103,17 @@ def test_constrained_steps_have_ratio_one_under_the_replayed_mask(recorded, mode
     assert metrics["train/approx_kl"] < 1e-9
 
 
+def test_an_update_on_constrained_steps_is_finite_and_moves_the_weights(recorded):
+    import math
+
+    items, path = recorded
+    model = _model(path)
+    before = model.lm_head.weight.detach().clone()
+    metrics = Trainer(model, TrainConfig(lora=None, temperature=TEMP, lr=1e-3), tokenizer=str(path)).update(items)
+    assert all(math.isfinite(v) for v in metrics.values()), metrics
+    assert not torch.equal(before, model.lm_head.weight)
+
+
 def test_trainer_without_a_tokenizer_refuses_constrained_steps(recorded):
     items, path = recorded
     with pytest.raises(Exception, match="tokenizer"):
