@@ -39,7 +39,7 @@ import torch
 from swarm.errors import ValidationError
 
 __all__ = [
-    "Constraint", "Grammars", "TokenMask", "request_constraint", "LIBRARY", "SEPARATORS",
+    "Constraint", "Grammars", "TokenMask", "request_constraint", "LIBRARY", "SEPARATORS", "TOOL_CALL_SEPARATORS",
     "TOOL_CALL_PREFIX", "TOOL_CALL_SUFFIX", "ARGUMENTS_KEY",
 ]
 
@@ -47,7 +47,10 @@ try:
     LIBRARY = f"xgrammar {importlib.metadata.version('xgrammar')}"
 except importlib.metadata.PackageNotFoundError:  # the gateway still serves unconstrained calls
     LIBRARY = "xgrammar (not installed)"
-SEPARATORS = (",", ":")  # compact JSON: fewer tokens to sample, and no whitespace loops on small models
+SEPARATORS = (",", ":")  # JSON replies: compact, fewer tokens to sample, no whitespace loops on small models
+# tool calls: json.dumps' default, which is how chat templates re-render a call the client sends back,
+# so the next turn's prompt stays a token prefix of this one (gateway/prefix.py)
+TOOL_CALL_SEPARATORS = (", ", ": ")
 # the Hermes / Qwen2.5 tool-call syntax (swarm/policy/toolcalls.py), used when a parser has no such fields
 TOOL_CALL_PREFIX = "<tool_call>\n"
 TOOL_CALL_SUFFIX = "\n</tool_call>"
@@ -67,9 +70,13 @@ class Constraint:
     call_prefix: str = TOOL_CALL_PREFIX
     call_suffix: str = TOOL_CALL_SUFFIX
     arguments_key: str = ARGUMENTS_KEY
+    separators: tuple[str, str] | None = None  # JSON item / key separators; None: the kind's default
     param: str = field(default="response_format", compare=False)  # the request field it came from
 
     def __post_init__(self) -> None:
+        if self.separators is None:
+            object.__setattr__(self, "separators", TOOL_CALL_SEPARATORS if self.kind == "tool_call" else SEPARATORS)
+        object.__setattr__(self, "separators", tuple(self.separators))
         if self.kind not in _KINDS:
             raise ValidationError(f"unknown constraint kind {self.kind!r}; expected one of {_KINDS}", param=self.param)
         if self.kind == "json_schema" and not isinstance(self.schema, dict):
@@ -79,7 +86,7 @@ class Constraint:
 
     def to_record(self) -> dict[str, Any]:
         """Plain JSON data; :meth:`from_record` gives the same constraint back."""
-        out: dict[str, Any] = {"kind": self.kind}
+        out: dict[str, Any] = {"kind": self.kind, "separators": list(self.separators)}
         if self.kind == "json_schema":
             out.update(schema=self.schema, strict=self.strict, name=self.name)
         elif self.kind == "tool_call":
@@ -109,7 +116,9 @@ class Constraint:
                        name=rec.get("name"), tools=tools,
                        call_prefix=str(rec.get("call_prefix", TOOL_CALL_PREFIX)),
                        call_suffix=str(rec.get("call_suffix", TOOL_CALL_SUFFIX)),
-                       arguments_key=str(rec.get("arguments_key", ARGUMENTS_KEY)), param="constraint")
+                       arguments_key=str(rec.get("arguments_key", ARGUMENTS_KEY)),
+                       separators=tuple(str(x) for x in rec["separators"]) if rec.get("separators") else None,
+                       param="constraint")
         except (KeyError, TypeError, ValueError) as e:
             raise ValidationError(f"malformed constraint record: {e}", param="constraint") from e
 
@@ -274,9 +283,9 @@ class Grammars:
         if c.kind == "json_object":
             # strict_mode would forbid every property of {"type": "object"}: any object is meant
             return xgr.Grammar.from_json_schema('{"type": "object"}', any_whitespace=False,
-                                                separators=SEPARATORS, strict_mode=False)
+                                                separators=c.separators, strict_mode=False)
         if c.kind == "json_schema":
-            return xgr.Grammar.from_json_schema(json.dumps(c.schema), any_whitespace=False, separators=SEPARATORS,
+            return xgr.Grammar.from_json_schema(json.dumps(c.schema), any_whitespace=False, separators=c.separators,
                                                 strict_mode=c.strict)
         from xgrammar.structural_tag import ConstStringFormat, StructuralTag
 
@@ -288,7 +297,7 @@ class Grammars:
             call_schema = {"type": "object", "properties": {"name": {"const": name}, c.arguments_key: params},
                            "required": ["name", c.arguments_key], "additionalProperties": False}
             body = xgr.Grammar.from_json_schema(json.dumps(call_schema), any_whitespace=False,
-                                                separators=SEPARATORS, strict_mode=True)
+                                                separators=c.separators, strict_mode=True)
             calls.append(xgr.Grammar.concat(const(c.call_prefix), body, const(c.call_suffix)))
         return calls[0] if len(calls) == 1 else xgr.Grammar.union(*calls)
 
@@ -322,7 +331,7 @@ class Grammars:
     def record(self, c: Constraint) -> dict[str, Any]:
         """What a step stores: the constraint and everything its masks depend on."""
         return {**c.to_record(), "stop_token_ids": list(self.stop_token_ids), "vocab_size": self.vocab_size,
-                "separators": list(SEPARATORS), "library": LIBRARY}
+                "library": LIBRARY}
 
     def masks(self, c: Constraint, response_ids: list[int] | tuple[int, ...]) -> torch.Tensor:
         """Bool ``(len(response_ids), vocab)``: the allowed set before each response token (the replay)."""

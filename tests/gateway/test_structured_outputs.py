@@ -31,8 +31,8 @@ def _client(gw: Any) -> tuple[openai.OpenAI, dict[str, Any]]:
 def test_json_schema_enum_fifty_samples_all_validate(hf_gateway: Any) -> None:
     client, ep = _client(hf_gateway)
     replies = []
-    for k in range(25):  # 25 calls x n=2 = 50 samples
-        r = client.chat.completions.create(model="default", messages=MSGS, response_format=RF, n=2,
+    for k in range(50):
+        r = client.chat.completions.create(model="default", messages=MSGS, response_format=RF,
                                            max_tokens=48, temperature=1.0, seed=k)
         replies += [c.message.content for c in r.choices]
         assert all(c.finish_reason == "stop" for c in r.choices)
@@ -175,3 +175,18 @@ def test_completions_accept_response_format_too(hf_gateway: Any) -> None:
         r = client.completions.create(model="default", prompt="vote:", max_tokens=48, seed=k,
                                       extra_body={"response_format": RF})
         jsonschema.validate(json.loads(r.choices[0].text), VOTE)
+
+
+def test_a_forced_tool_call_sent_back_keeps_the_next_prompt_a_token_prefix(hf_gateway: Any) -> None:
+    """The call is sampled with json.dumps' separators, as the chat template re-renders it."""
+    client, ep = _client(hf_gateway)
+    msgs: list[Any] = list(MSGS)
+    r = client.chat.completions.create(model="default", messages=msgs, tools=TOOLS, max_tokens=96, seed=4,
+                                       tool_choice={"type": "function", "function": {"name": "vote"}})
+    call = r.choices[0].message.tool_calls[0]
+    msgs += [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+             {"role": "tool", "tool_call_id": call.id, "content": "noted"}]
+    r2 = client.chat.completions.create(model="default", messages=msgs, tools=TOOLS, max_tokens=4, seed=5)
+    assert r2.model_extra["swarm"]["prefix_consistent"] is True
+    first = hf_gateway.pool.get_step(r.model_extra["swarm"]["step_id"])
+    assert first.metadata["constraint"]["separators"] == [", ", ": "]

@@ -48,7 +48,7 @@ def test_vllm_gets_the_exact_grammar_and_the_step_its_replay_record(vllm, fake, 
     # the EBNF text vLLM compiles is our grammar: the same masks along a valid reply
     g = Grammars(vllm.tokenizer, len(vllm.tokenizer), [vllm.tokenizer.eos_token_id])
     reply = '{"target":"bo"}' if constraint.kind == "json_schema" else \
-        '<tool_call>\n{"name":"vote","arguments":{"target":"ann"}}\n</tool_call>'
+        '<tool_call>\n{"name": "vote", "arguments": {"target": "ann"}}\n</tool_call>'
     ids = vllm.encode("default", reply) + [vllm.tokenizer.eos_token_id]
     ours = g.masks(constraint, ids)
     compiler = g._compiler(("<tool_call>", "</tool_call>") if constraint.kind == "tool_call" else ())
