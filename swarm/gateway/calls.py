@@ -23,7 +23,7 @@ from swarm.gateway.openai_format import new_completion_id, normalize_tool_calls,
 from swarm.gateway.prefix import PreviousCall, PromptPlan, normalize_messages, plan_prompt
 from swarm.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from swarm.gateway.state import GatewayState
-from swarm.gateway.structured import chat_constraint, completion_constraint, top_logprobs
+from swarm.gateway.structured import chat_constraint, compile_constraint, completion_constraint, top_logprobs
 from swarm.policy.base import GenerateRequest, Generation, SamplingParams
 from swarm.policy.toolcalls import TOOL_CALL_OPEN, split_tool_calls
 from swarm.records import Episode, Source, Step, new_id
@@ -142,6 +142,7 @@ async def prepare_chat(state: GatewayState, caller: Caller, body: ChatCompletion
     messages = _messages(body)
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
     constraint = chat_constraint(state, policy, body.response_format, body.tool_choice, tools)
+    await compile_constraint(state, policy, constraint)
     top = top_logprobs(state, body.top_logprobs, bool(body.logprobs))
     t0 = time.perf_counter()
     episode = await state.open_episode(caller)
@@ -171,6 +172,7 @@ async def prepare_completion(state: GatewayState, caller: Caller, body: Completi
     if body.suffix:
         raise ApiError(400, "suffix is not supported", param="suffix", code="unsupported_parameter")
     constraint = completion_constraint(state, body.model_extra)
+    await compile_constraint(state, policy, constraint)
     top = top_logprobs(state, body.logprobs, body.logprobs is not None, param="logprobs")
     t0 = time.perf_counter()
     prompt = body.prompt

@@ -17,7 +17,7 @@ from swarm.gateway.errors import ApiError
 from swarm.gateway.state import GatewayState
 from swarm.policy.constraint import Constraint, request_constraint
 
-__all__ = ["chat_constraint", "completion_constraint", "top_logprobs", "tool_parser"]
+__all__ = ["chat_constraint", "completion_constraint", "compile_constraint", "top_logprobs", "tool_parser"]
 
 
 def tool_parser(state: GatewayState, policy: str) -> Any:
@@ -51,6 +51,17 @@ def completion_constraint(state: GatewayState, extra: dict[str, Any] | None) -> 
     except ValidationError as e:
         raise ApiError(400, e.message, param=e.context.get("param"), code="invalid_value") from e
     return _check(state, c)
+
+
+async def compile_constraint(state: GatewayState, policy: str, c: Constraint | None) -> None:
+    """Build the backend's grammar off the event loop (cached there); a schema it refuses is a 400 naming the field."""
+    compile_ = getattr(state.backend, "compile_constraint", None)
+    if c is None or not callable(compile_):
+        return
+    try:
+        await state.cpu(compile_, policy, c)
+    except ValidationError as e:
+        raise ApiError(400, e.message, param=e.context.get("param") or c.param, code="invalid_value") from e
 
 
 def top_logprobs(state: GatewayState, requested: int | None, logprobs: bool, param: str = "top_logprobs") -> int:

@@ -37,7 +37,7 @@ from swarm.errors import BackendError, ConflictError, ContextLengthError, Valida
 from swarm.policy._decode import Row, decode_batch
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
 from swarm.policy.chat import LocalTokenizer
-from swarm.policy.constraint import Grammars
+from swarm.policy.constraint import Constraint, Grammars
 from swarm.policy.lora import DEFAULT_LORA, attach_adapters, get_adapter_state, load_adapter_state, load_base_state
 from swarm.policy.tiny import load_template
 from swarm.policy.toolcalls import parse_tool_calls
@@ -216,6 +216,11 @@ class HFBackend(LocalTokenizer, VersionTable):
             width = self.base_model.get_output_embeddings().out_features
             self._grammars = Grammars(self.tokenizer, width, self.eos_ids)
         return self._grammars
+
+    def compile_constraint(self, policy: str, constraint: Constraint) -> None:
+        """Compile (and cache) ``constraint``'s grammar now, e.g. in a worker thread before ``generate``."""
+        self._check_policy(policy)
+        self.grammars().compile(constraint)
 
     def _submit(self, request: GenerateRequest) -> _Job:
         s = request.sampling
