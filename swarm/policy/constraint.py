@@ -85,13 +85,17 @@ class Constraint:
             raise ValidationError("a tool_call constraint needs at least one tool", param=self.param)
 
     def to_record(self) -> dict[str, Any]:
-        """Plain JSON data; :meth:`from_record` gives the same constraint back."""
+        """Plain JSON data; :meth:`from_record` gives the same constraint back.
+
+        Schemas are stored as JSON *text*: the grammar follows the order of ``properties``, and a
+        JSONB column (PostgreSQL) reorders object keys.
+        """
         out: dict[str, Any] = {"kind": self.kind, "separators": list(self.separators)}
         if self.kind == "json_schema":
-            out.update(schema=self.schema, strict=self.strict, name=self.name)
+            out.update(schema=json.dumps(self.schema), strict=self.strict, name=self.name)
         elif self.kind == "tool_call":
-            out.update(tools=[{"name": n, "parameters": p} for n, p in self.tools], call_prefix=self.call_prefix,
-                       call_suffix=self.call_suffix, arguments_key=self.arguments_key)
+            out.update(tools=[{"name": n, "parameters": json.dumps(p)} for n, p in self.tools],
+                       call_prefix=self.call_prefix, call_suffix=self.call_suffix, arguments_key=self.arguments_key)
         return out
 
     def openai_fields(self) -> dict[str, Any]:
@@ -111,8 +115,9 @@ class Constraint:
         if not isinstance(rec, dict) or not isinstance(rec.get("kind"), str):
             raise ValidationError("constraint record must be an object with a 'kind'", param="constraint")
         try:
-            tools = tuple((str(t["name"]), dict(t.get("parameters") or {})) for t in rec.get("tools") or ())
-            return cls(kind=rec["kind"], schema=rec.get("schema"), strict=bool(rec.get("strict", True)),
+            tools = tuple((str(t["name"]), _schema_of(t.get("parameters"))) for t in rec.get("tools") or ())
+            schema = _schema_of(rec["schema"]) if rec.get("schema") is not None else None
+            return cls(kind=rec["kind"], schema=schema, strict=bool(rec.get("strict", True)),
                        name=rec.get("name"), tools=tools,
                        call_prefix=str(rec.get("call_prefix", TOOL_CALL_PREFIX)),
                        call_suffix=str(rec.get("call_suffix", TOOL_CALL_SUFFIX)),
@@ -121,6 +126,14 @@ class Constraint:
                        param="constraint")
         except (KeyError, TypeError, ValueError) as e:
             raise ValidationError(f"malformed constraint record: {e}", param="constraint") from e
+
+
+def _schema_of(value: Any) -> dict[str, Any]:
+    """A schema stored as JSON text (or, from older records, as an object)."""
+    out = json.loads(value) if isinstance(value, str) else value
+    if not isinstance(out, dict):
+        raise TypeError("a schema must be a JSON object")
+    return out
 
 
 # --------------------------------------------------------------------------- from OpenAI request fields

@@ -52,7 +52,7 @@ def test_each_step_records_its_constraint(hf_gateway: Any) -> None:
     r = client.chat.completions.create(model="default", messages=MSGS, response_format=RF, max_tokens=48, seed=1)
     step = hf_gateway.pool.get_step(r.model_extra["swarm"]["step_id"])
     rec = step.metadata["constraint"]
-    assert rec["kind"] == "json_schema" and rec["schema"] == VOTE and rec["strict"] is True
+    assert rec["kind"] == "json_schema" and json.loads(rec["schema"]) == VOTE and rec["strict"] is True
     assert rec["vocab_size"] == 1024 and rec["library"].startswith("xgrammar")
     free = client.chat.completions.create(model="default", messages=MSGS, max_tokens=4, seed=1)
     assert "constraint" not in hf_gateway.pool.get_step(free.model_extra["swarm"]["step_id"]).metadata

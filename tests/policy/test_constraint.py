@@ -90,7 +90,7 @@ def test_json_schema_replies_validate_and_logprobs_are_the_masked_distribution(h
     for g in gens:
         assert g.finish_reason == "stop", g.text
         jsonschema.validate(json.loads(g.text), VOTE)
-        assert g.constraint["kind"] == "json_schema" and g.constraint["schema"] == VOTE
+        assert g.constraint["kind"] == "json_schema" and json.loads(g.constraint["schema"]) == VOTE
         got = masked_rescore(hf_backend, g, temperature if temperature > 0 else 1.0)
         assert torch.allclose(torch.tensor(g.logprobs), got, atol=1e-5), (g.logprobs, got)
     # the unmasked distribution differs: the record is not the plain softmax
