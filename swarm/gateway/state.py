@@ -17,13 +17,15 @@ from typing import Any, TypeVar
 import anyio.to_thread
 from fastapi import Request
 
-from swarm.errors import NotFoundError
 from swarm.gateway.auth import KEY_PREFIX, Caller, KeySigner, bearer_token, token_matches
+from swarm.gateway.batcher import Batcher
+from swarm.gateway.episodes import OpenEpisodes
 from swarm.gateway.errors import ApiError
 from swarm.gateway.settings import GatewaySettings
 from swarm.policy.base import PolicyBackend
 from swarm.pool import Pool
-from swarm.records import Episode, EpisodeStatus
+from swarm.pool.heads import EpisodeHead
+from swarm.records import Episode, EpisodeStatus, Step
 
 __all__ = ["GatewayState", "get_state"]
 
@@ -43,6 +45,14 @@ class GatewayState:
         # SQLite has one writer at a time and its busy handler sleeps with backoff (up to 100 ms)
         # while it waits: queueing our own writers here instead keeps p99 and throughput sane.
         self._write_gate = asyncio.Lock() if getattr(pool, "dialect", None) == "sqlite" else None
+        self.episodes = OpenEpisodes(pool, self.db)
+        # group commit: the steps of concurrent calls go to the pool in one transaction per batch
+        self.step_writer: Batcher[list[Step], None] = Batcher(self._write_steps)
+
+    async def _write_steps(self, calls: list[list[Step]]) -> list[None]:
+        # the pool numbers them in its write transaction: another gateway may write these episodes too
+        await self.write(self.pool.add_steps, [s for steps in calls for s in steps], append=True)
+        return [None] * len(calls)
 
     async def db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking pool call on a worker thread."""
@@ -127,16 +137,21 @@ class GatewayState:
 
     async def open_episode(self, caller: Caller) -> Episode:
         """The caller's episode, which must exist in this pool and still be open."""
+        return (await self.open_head(caller)).episode
+
+    async def open_head(self, caller: Caller) -> EpisodeHead:
+        """The caller's open episode and its last step index (one batched read; see :mod:`.episodes`)."""
         assert caller.episode_id is not None
-        try:
-            ep = await self.db(self.pool.get_episode, caller.episode_id)
-        except NotFoundError:
+        head = await self.episodes.head(caller.episode_id)
+        if head is None:
             raise ApiError(401, "invalid api key: its episode does not exist in this pool",
-                           code="invalid_api_key") from None
+                           code="invalid_api_key")
+        ep = head.episode
         if ep.status != EpisodeStatus.open:
+            self.episodes.forget(ep.episode_id)
             raise ApiError(403, f"episode {ep.episode_id} is {ep.status.value}; its key can no longer add steps",
                            code="episode_ended")
-        return ep
+        return head
 
 
 def get_state(request: Request) -> GatewayState:

@@ -32,6 +32,7 @@ from swarm.pool.checks import check_page, check_reward, chunks, coerce, coerce_e
 from swarm.pool.engine import insert_ignore, make_engine, transaction
 from swarm.pool.export import ExportMixin
 from swarm.pool.filter import StepFilter
+from swarm.pool.heads import HeadsMixin
 from swarm.pool.lease import LeaseMixin
 from swarm.pool.query import JOIN, episode_conditions, step_conditions
 from swarm.pool.rows import digest, to_episode, to_step
@@ -52,7 +53,7 @@ _ORDERS = {
 }
 
 
-class Pool(AnnotateMixin, LeaseMixin, ExportMixin):
+class Pool(AnnotateMixin, LeaseMixin, ExportMixin, HeadsMixin):
     """The data pool on SQLite (``sqlite:///file.db``) or PostgreSQL (``postgresql+psycopg://``).
 
     ``block_size`` is the token block length of the content-addressed store; steps written
@@ -312,6 +313,10 @@ class Pool(AnnotateMixin, LeaseMixin, ExportMixin):
                 q = q.with_for_update()  # appends to one episode queue here; SQLite's write lock does it there
             eps.update({r.episode_id: r for r in c.execute(q)})
         next_idx: dict[str, int] = {}
+        if append:  # every appended-to episode's next index, in one query for the whole batch
+            for chunk in chunks(ep_ids):
+                q = sa.select(S.c.episode_id, sa.func.max(S.c.idx)).where(S.c.episode_id.in_(chunk))
+                next_idx.update((e, top + 1) for e, top in c.execute(q.group_by(S.c.episode_id)))
         rows, block_rows, touched = [], {}, set()
         for sid, s in batch.items():
             ep = eps.get(s.episode_id)
@@ -328,11 +333,8 @@ class Pool(AnnotateMixin, LeaseMixin, ExportMixin):
             if ep.status != EpisodeStatus.open.value:
                 raise ConflictError(f"episode is {ep.status}, not open", episode_id=s.episode_id, step_id=sid)
             if append:
-                if s.episode_id not in next_idx:
-                    top = c.execute(sa.select(sa.func.max(S.c.idx)).where(S.c.episode_id == s.episode_id)).scalar()
-                    next_idx[s.episode_id] = 0 if top is None else top + 1
-                s.index = next_idx[s.episode_id]
-                next_idx[s.episode_id] += 1
+                s.index = next_idx.get(s.episode_id, 0)
+                next_idx[s.episode_id] = s.index + 1
                 norm = norm.model_copy(update={"index": s.index})
             dig = digest(norm)
             p = prepared[sid]
