@@ -114,6 +114,11 @@ def _messages(body: ChatCompletionRequest) -> list[dict[str, Any]]:
     return normalize_messages(raw)
 
 
+def _chars(messages: list[dict[str, Any]]) -> int:
+    """How much text a prompt render covers (decides whether it runs on the event loop)."""
+    return sum(len(m.get("content") or "") + len(str(m.get("tool_calls") or "")) for m in messages)
+
+
 async def prepare_chat(state: GatewayState, caller: Caller, body: ChatCompletionRequest) -> CallPlan:
     policy = _check_policy(state, body.model)
     context = state.backend.max_context(policy)
@@ -127,7 +132,7 @@ async def prepare_chat(state: GatewayState, caller: Caller, body: ChatCompletion
     last = await state.episodes.last_call(head)
     candidates = last.candidates if last is not None else []
     try:
-        plan = await state.cpu(plan_prompt, state.backend, policy, messages, tools, candidates)
+        plan = await state.cpu(plan_prompt, state.backend, policy, messages, tools, candidates, chars=_chars(messages))
     except SwarmError:
         raise
     except Exception as exc:  # a chat template refusing these messages is the request's fault
@@ -158,7 +163,7 @@ async def prepare_completion(state: GatewayState, caller: Caller, body: Completi
         prompt = prompt[0]
     episode = await state.open_episode(caller)
     if isinstance(prompt, str):
-        ids = await state.cpu(state.backend.encode, policy, prompt)
+        ids = await state.cpu(state.backend.encode, policy, prompt, chars=len(prompt))
     else:
         ids = list(prompt)
     if not ids:
