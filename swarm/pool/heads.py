@@ -30,6 +30,9 @@ __all__ = ["EpisodeHead", "HeadsMixin"]
 _LAST_INDEX = (
     sa.select(sa.func.max(S.c.idx)).where(S.c.episode_id == E.c.episode_id).scalar_subquery().label("last_index")
 )
+# built once: SQLAlchemy then reuses its compiled form and cache key (building it per call cost
+# more CPU than running it)
+_HEADS = sa.select(E, _LAST_INDEX).where(E.c.episode_id.in_(sa.bindparam("ids", expanding=True)))
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,6 @@ class HeadsMixin:
         out: dict[str, EpisodeHead] = {}
         with self._tx() as c:
             for chunk in chunks(sorted(set(episode_ids))):
-                rows = c.execute(sa.select(E, _LAST_INDEX).where(E.c.episode_id.in_(chunk))).mappings()
+                rows = c.execute(_HEADS, {"ids": chunk}).mappings()
                 out.update((r["episode_id"], EpisodeHead(to_episode(r), r["last_index"])) for r in rows)
         return out
