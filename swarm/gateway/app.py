@@ -109,6 +109,8 @@ def create_app(pool: Pool, backend: PolicyBackend, settings: GatewaySettings | N
         version="0.1.0",
         description="OpenAI-compatible gateway that records every call as an exact step in the swarm data pool.",
         lifespan=lifespan,
+        # no OpenTelemetry here: left on, FastAPI looks up the tracer providers on every request
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.gateway = state
     install_error_handlers(app)

@@ -3,8 +3,9 @@
 ``prepare_chat`` / ``prepare_completion`` do every check that can refuse a call *before* anything
 is generated or stored (model, limits, episode state, context length), and build the prompt ids
 (prefix-consistent for chat, see :mod:`swarm.gateway.prefix`). ``store`` writes one step per
-sampled choice in a single pool transaction, under the episode's lock so step indices are
-consecutive. A call is acknowledged to the client only after ``store`` returned.
+sampled choice in one pool transaction shared with concurrent calls (group commit), under the
+episode's lock so step indices are consecutive. A call is acknowledged to the client only after
+``store`` returned, i.e. after its batch committed.
 
 It does not format responses (:mod:`swarm.gateway.openai_format`) or stream (:mod:`swarm.gateway.streaming`).
 """
@@ -20,7 +21,7 @@ from swarm.errors import SwarmError
 from swarm.gateway.auth import Caller
 from swarm.gateway.errors import ApiError
 from swarm.gateway.openai_format import new_completion_id, normalize_tool_calls, now_s
-from swarm.gateway.prefix import PreviousCall, PromptPlan, normalize_messages, plan_prompt
+from swarm.gateway.prefix import PromptPlan, normalize_messages, plan_prompt
 from swarm.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from swarm.gateway.state import GatewayState
 from swarm.gateway.structured import chat_constraint, compile_constraint, completion_constraint, top_logprobs
@@ -118,20 +119,9 @@ def _messages(body: ChatCompletionRequest) -> list[dict[str, Any]]:
     return normalize_messages(raw)
 
 
-async def _candidates(state: GatewayState, episode_id: str) -> list[PreviousCall]:
-    last = await state.db(state.pool.last_step, episode_id, with_tokens=True)
-    if last is None or last.metadata.get("kind") != "chat" or last.prompt_messages is None:
-        return []
-    steps = [last]
-    for sid in last.metadata.get("siblings", []):
-        if sid != last.step_id:
-            try:
-                steps.append(await state.db(state.pool.get_step, sid, with_tokens=True))
-            except SwarmError:
-                continue
-    steps.sort(key=lambda s: s.metadata.get("choice", 0))
-    return [PreviousCall(s.step_id, s.prompt_messages or [], s.metadata.get("tools"), s.prompt_ids, s.response_ids,
-                         s.response_text, s.tool_calls) for s in steps]
+def _chars(messages: list[dict[str, Any]]) -> int:
+    """How much text a prompt render covers (decides whether it runs on the event loop)."""
+    return sum(len(m.get("content") or "") + len(str(m.get("tool_calls") or "")) for m in messages)
 
 
 async def prepare_chat(state: GatewayState, caller: Caller, body: ChatCompletionRequest) -> CallPlan:
@@ -145,10 +135,12 @@ async def prepare_chat(state: GatewayState, caller: Caller, body: ChatCompletion
     await compile_constraint(state, policy, constraint)
     top = top_logprobs(state, body.top_logprobs, bool(body.logprobs))
     t0 = time.perf_counter()
-    episode = await state.open_episode(caller)
-    candidates = await _candidates(state, episode.episode_id)
+    head = await state.open_head(caller)
+    episode = head.episode
+    last = await state.episodes.last_call(head)
+    candidates = last.candidates if last is not None else []
     try:
-        plan = await state.cpu(plan_prompt, state.backend, policy, messages, tools, candidates)
+        plan = await state.cpu(plan_prompt, state.backend, policy, messages, tools, candidates, chars=_chars(messages))
     except SwarmError:
         raise
     except Exception as exc:  # a chat template refusing these messages is the request's fault
@@ -183,7 +175,7 @@ async def prepare_completion(state: GatewayState, caller: Caller, body: Completi
         prompt = prompt[0]
     episode = await state.open_episode(caller)
     if isinstance(prompt, str):
-        ids = await state.cpu(state.backend.encode, policy, prompt)
+        ids = await state.cpu(state.backend.encode, policy, prompt, chars=len(prompt))
     else:
         ids = list(prompt)
     if not ids:
@@ -260,12 +252,17 @@ def _steps(plan: CallPlan, gens: list[Generation], base_index: int, parent: str 
 
 
 async def store(state: GatewayState, plan: CallPlan, gens: list[Generation]) -> list[Step]:
-    """Write one step per choice (one transaction); returns them with their tool calls normalized."""
+    """Write one step per choice; returns them (tool calls normalized) once their batch is committed.
+
+    The steps go to the pool with other concurrent calls' steps in one transaction (group
+    commit, :mod:`swarm.gateway.batcher`); the pool numbers them there, since another gateway
+    may write this episode too. The episode lock keeps this gateway's calls of one episode in order.
+    """
     ep_id = plan.episode.episode_id
     async with state.episode_lock(ep_id):
-        last = await state.db(state.pool.last_step, ep_id, with_tokens=False)
+        last = state.episodes.known(ep_id)
         parent = plan.prompt.parent_step_id or (last.step_id if last else None)
         steps = _steps(plan, gens, 0 if last is None else last.index + 1, parent)
-        # the pool numbers them in its write transaction: another gateway may write this episode too
-        await state.write(state.pool.add_steps, steps, append=True)
+        await state.step_writer.submit(steps)
+        state.episodes.remember(ep_id, steps)
     return steps

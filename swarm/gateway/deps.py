@@ -1,7 +1,8 @@
 """FastAPI dependencies: the gateway state and the four kinds of caller a route may require.
 
 The ``HTTPBearer`` scheme is declared only so /openapi.json documents the bearer auth; the checks
-themselves are in :class:`swarm.gateway.state.GatewayState`.
+themselves are in :class:`swarm.gateway.state.GatewayState`. They are ``async def`` although they never
+await: FastAPI runs plain ``def`` dependencies on a worker thread, a thread hop per dependency per call.
 """
 
 from __future__ import annotations
@@ -18,21 +19,21 @@ _bearer = HTTPBearer(auto_error=False, description="an episode api key, the clie
 _Cred = HTTPAuthorizationCredentials | None
 
 
-def State(request: Request) -> GatewayState:  # noqa: N802 - reads as a type in signatures
+async def State(request: Request) -> GatewayState:  # noqa: N802 - reads as a type in signatures
     return get_state(request)
 
 
-def episode_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
+async def episode_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
     return get_state(request).episode_caller(request)
 
 
-def client_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
+async def client_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
     return get_state(request).client_caller(request)
 
 
-def any_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
+async def any_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
     return get_state(request).any_caller(request)
 
 
-def admin_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
+async def admin_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
     return get_state(request).admin_caller(request)

@@ -74,6 +74,7 @@ async def end_episode(episode_id: str, body: EpisodeEnd | None = None, caller: C
     body = body or EpisodeEnd()
     ep = await state.write(state.pool.end_episode, episode_id, status=EpisodeStatus(body.status), reward=body.reward,
                         step_rewards=body.step_rewards, metadata=body.metadata)
+    state.episodes.forget(episode_id)
     return episode_json(ep)
 
 
@@ -83,4 +84,5 @@ async def abort_episode(episode_id: str, caller: Caller = Depends(any_caller),
     """End an episode as failed (its steps are kept, never trained)."""
     _check(caller, episode_id)
     ep = await state.write(state.pool.abort_episode, episode_id)
+    state.episodes.forget(episode_id)
     return episode_json(ep)

@@ -17,17 +17,20 @@ from typing import Any, TypeVar
 import anyio.to_thread
 from fastapi import Request
 
-from swarm.errors import NotFoundError
 from swarm.gateway.auth import KEY_PREFIX, Caller, KeySigner, bearer_token, token_matches
+from swarm.gateway.batcher import Batcher
+from swarm.gateway.episodes import OpenEpisodes
 from swarm.gateway.errors import ApiError
 from swarm.gateway.settings import GatewaySettings
 from swarm.policy.base import PolicyBackend
 from swarm.pool import Pool
-from swarm.records import Episode, EpisodeStatus
+from swarm.pool.heads import EpisodeHead
+from swarm.records import Episode, EpisodeStatus, Step
 
 __all__ = ["GatewayState", "get_state"]
 
 T = TypeVar("T")
+INLINE_CHARS = 4096  # see GatewayState.cpu
 
 
 class GatewayState:
@@ -43,6 +46,14 @@ class GatewayState:
         # SQLite has one writer at a time and its busy handler sleeps with backoff (up to 100 ms)
         # while it waits: queueing our own writers here instead keeps p99 and throughput sane.
         self._write_gate = asyncio.Lock() if getattr(pool, "dialect", None) == "sqlite" else None
+        self.episodes = OpenEpisodes(pool, self.db)
+        # group commit: the steps of concurrent calls go to the pool in one transaction per batch
+        self.step_writer: Batcher[list[Step], None] = Batcher(self._write_steps)
+
+    async def _write_steps(self, calls: list[list[Step]]) -> list[None]:
+        # the pool numbers them in its write transaction: another gateway may write these episodes too
+        await self.write(self.pool.add_steps, [s for steps in calls for s in steps], append=True)
+        return [None] * len(calls)
 
     async def db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking pool call on a worker thread."""
@@ -55,8 +66,15 @@ class GatewayState:
         async with self._write_gate:
             return await self.db(fn, *args, **kwargs)
 
-    async def cpu(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run tokenizer / template work off the event loop."""
+    async def cpu(self, fn: Callable[..., T], *args: Any, chars: int | None = None, **kwargs: Any) -> T:
+        """Run tokenizer / template work off the event loop, or on it when ``chars`` of text is small.
+
+        A thread hop costs more CPU than templating and tokenizing a short chat (a few hundred
+        microseconds under load, most of it waiting for the GIL), so work over fewer than
+        ``INLINE_CHARS`` characters runs right here.
+        """
+        if chars is not None and chars < INLINE_CHARS:
+            return fn(*args, **kwargs)
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
 
     def episode_lock(self, episode_id: str) -> asyncio.Lock:
@@ -127,16 +145,21 @@ class GatewayState:
 
     async def open_episode(self, caller: Caller) -> Episode:
         """The caller's episode, which must exist in this pool and still be open."""
+        return (await self.open_head(caller)).episode
+
+    async def open_head(self, caller: Caller) -> EpisodeHead:
+        """The caller's open episode and its last step index (one batched read; see :mod:`.episodes`)."""
         assert caller.episode_id is not None
-        try:
-            ep = await self.db(self.pool.get_episode, caller.episode_id)
-        except NotFoundError:
+        head = await self.episodes.head(caller.episode_id)
+        if head is None:
             raise ApiError(401, "invalid api key: its episode does not exist in this pool",
-                           code="invalid_api_key") from None
+                           code="invalid_api_key")
+        ep = head.episode
         if ep.status != EpisodeStatus.open:
+            self.episodes.forget(ep.episode_id)
             raise ApiError(403, f"episode {ep.episode_id} is {ep.status.value}; its key can no longer add steps",
                            code="episode_ended")
-        return ep
+        return head
 
 
 def get_state(request: Request) -> GatewayState:

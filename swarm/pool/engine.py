@@ -14,6 +14,7 @@ This module does not know the schema beyond creating it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -87,8 +88,12 @@ def insert_ignore(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any
     """INSERT rows, silently skipping those whose primary key already exists."""
     if not rows:
         return
-    dialect = sqlite if conn.dialect.name == "sqlite" else postgresql
-    conn.execute(dialect.insert(table).on_conflict_do_nothing(), rows)
+    conn.execute(_insert_ignore(conn.dialect.name, table), rows)
+
+
+@functools.cache
+def _insert_ignore(dialect: str, table: sa.Table) -> sa.Insert:
+    return (sqlite if dialect == "sqlite" else postgresql).insert(table).on_conflict_do_nothing()
 
 
 def claim_lock(conn: sa.Connection) -> None:

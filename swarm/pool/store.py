@@ -32,6 +32,7 @@ from swarm.pool.checks import check_page, check_reward, chunks, coerce, coerce_e
 from swarm.pool.engine import insert_ignore, make_engine, transaction
 from swarm.pool.export import ExportMixin
 from swarm.pool.filter import StepFilter
+from swarm.pool.heads import HeadsMixin
 from swarm.pool.lease import LeaseMixin
 from swarm.pool.query import JOIN, episode_conditions, step_conditions
 from swarm.pool.rows import digest, to_episode, to_step
@@ -45,6 +46,14 @@ _clock = now  # abandon_stale's parameter is called ``now``
 __all__ = ["Pool"]
 
 _TOKEN_COLS = ("block_keys", "tail", "logprobs")
+# the statements of every step write, built once (SQLAlchemy then reuses their compiled form;
+# building them per call cost more CPU than running them)
+_IDS = sa.bindparam("ids", expanding=True)
+_EXISTING = sa.select(S.c.step_id, S.c.digest, S.c.idx).where(S.c.step_id.in_(_IDS))
+_EPISODES = sa.select(E.c.episode_id, E.c.status, E.c.task, E.c.group_id).where(E.c.episode_id.in_(_IDS))
+_EPISODES_LOCKED = _EPISODES.with_for_update()
+_TOPS = sa.select(S.c.episode_id, sa.func.max(S.c.idx)).where(S.c.episode_id.in_(_IDS)).group_by(S.c.episode_id)
+_TOUCH = E.update().where(E.c.episode_id.in_(_IDS)).values(updated_at=sa.bindparam("t"))
 _ORDERS = {
     "created": (S.c.created_at, S.c.step_id),
     "-created": (S.c.created_at.desc(), S.c.step_id.desc()),
@@ -52,7 +61,7 @@ _ORDERS = {
 }
 
 
-class Pool(AnnotateMixin, LeaseMixin, ExportMixin):
+class Pool(AnnotateMixin, LeaseMixin, ExportMixin, HeadsMixin):
     """The data pool on SQLite (``sqlite:///file.db``) or PostgreSQL (``postgresql+psycopg://``).
 
     ``block_size`` is the token block length of the content-addressed store; steps written
@@ -302,16 +311,17 @@ class Pool(AnnotateMixin, LeaseMixin, ExportMixin):
                       append: bool = False) -> int:
         existing: dict[str, tuple[bytes, int]] = {}
         for chunk in chunks(list(batch)):
-            q = sa.select(S.c.step_id, S.c.digest, S.c.idx).where(S.c.step_id.in_(chunk))
-            existing.update((r.step_id, (r.digest, r.idx)) for r in c.execute(q))
+            existing.update((r.step_id, (r.digest, r.idx)) for r in c.execute(_EXISTING, {"ids": chunk}))
         ep_ids = sorted({s.episode_id for s in batch.values()})
         eps: dict[str, Any] = {}
+        # appends to one episode queue here on PostgreSQL (FOR UPDATE); SQLite's write lock does it there
+        q = _EPISODES_LOCKED if append and self.dialect == "postgresql" else _EPISODES
         for chunk in chunks(ep_ids):
-            q = sa.select(E.c.episode_id, E.c.status, E.c.task, E.c.group_id).where(E.c.episode_id.in_(chunk))
-            if append and self.dialect == "postgresql":
-                q = q.with_for_update()  # appends to one episode queue here; SQLite's write lock does it there
-            eps.update({r.episode_id: r for r in c.execute(q)})
+            eps.update({r.episode_id: r for r in c.execute(q, {"ids": chunk})})
         next_idx: dict[str, int] = {}
+        if append:  # every appended-to episode's next index, in one query for the whole batch
+            for chunk in chunks(ep_ids):
+                next_idx.update((e, top + 1) for e, top in c.execute(_TOPS, {"ids": chunk}))
         rows, block_rows, touched = [], {}, set()
         for sid, s in batch.items():
             ep = eps.get(s.episode_id)
@@ -328,11 +338,8 @@ class Pool(AnnotateMixin, LeaseMixin, ExportMixin):
             if ep.status != EpisodeStatus.open.value:
                 raise ConflictError(f"episode is {ep.status}, not open", episode_id=s.episode_id, step_id=sid)
             if append:
-                if s.episode_id not in next_idx:
-                    top = c.execute(sa.select(sa.func.max(S.c.idx)).where(S.c.episode_id == s.episode_id)).scalar()
-                    next_idx[s.episode_id] = 0 if top is None else top + 1
-                s.index = next_idx[s.episode_id]
-                next_idx[s.episode_id] += 1
+                s.index = next_idx.get(s.episode_id, 0)
+                next_idx[s.episode_id] = s.index + 1
                 norm = norm.model_copy(update={"index": s.index})
             dig = digest(norm)
             p = prepared[sid]
@@ -343,7 +350,7 @@ class Pool(AnnotateMixin, LeaseMixin, ExportMixin):
         if rows:
             c.execute(S.insert(), rows)
         if touched:
-            c.execute(E.update().where(E.c.episode_id.in_(sorted(touched))).values(updated_at=now()))
+            c.execute(_TOUCH, {"ids": sorted(touched), "t": now()})
         return len(rows)
 
     def get_step(self, step_id: str, with_tokens: bool = True) -> Step:

@@ -1,0 +1,56 @@
+"""Episode heads: many episodes' records and last step index in one read (the gateway's version check).
+
+A gateway keeps each open episode's last call in memory (:mod:`swarm.gateway.episodes`). Before
+it trusts that memory it asks the pool for the episode's *head*: the episode record (is it still
+open?) and the index of its last step. Appended indices only grow, so an unchanged last index
+means no other gateway (or white-box submission) wrote to the episode since. One query answers
+for any number of episodes, so concurrent calls share it.
+
+Errors: none of its own; unknown episode ids are simply absent from the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+
+from swarm.pool.checks import chunks
+from swarm.pool.rows import to_episode
+from swarm.pool.schema import episodes as E
+from swarm.pool.schema import steps as S
+from swarm.records import Episode
+
+if TYPE_CHECKING:
+    from swarm.pool.store import Pool
+
+__all__ = ["EpisodeHead", "HeadsMixin"]
+
+_LAST_INDEX = (
+    sa.select(sa.func.max(S.c.idx)).where(S.c.episode_id == E.c.episode_id).scalar_subquery().label("last_index")
+)
+# built once: SQLAlchemy then reuses its compiled form and cache key (building it per call cost
+# more CPU than running it)
+_HEADS = sa.select(E, _LAST_INDEX).where(E.c.episode_id.in_(sa.bindparam("ids", expanding=True)))
+
+
+@dataclass(frozen=True)
+class EpisodeHead:
+    """An episode as stored now, and the index of its last step (None before its first step)."""
+
+    episode: Episode
+    last_index: int | None
+
+
+class HeadsMixin:
+    """``episode_heads`` for :class:`swarm.pool.store.Pool`."""
+
+    def episode_heads(self: Pool, episode_ids: list[str]) -> dict[str, EpisodeHead]:
+        """Heads of the named episodes that exist (one read transaction)."""
+        out: dict[str, EpisodeHead] = {}
+        with self._tx() as c:
+            for chunk in chunks(sorted(set(episode_ids))):
+                rows = c.execute(_HEADS, {"ids": chunk}).mappings()
+                out.update((r["episode_id"], EpisodeHead(to_episode(r), r["last_index"])) for r in rows)
+        return out
