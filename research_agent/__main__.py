@@ -50,8 +50,7 @@ def train_command(target: Target, overrides: list[str] | tuple[str, ...] = ()) -
         cmd += ["--config-path", str(target.conf_dir.resolve()), "--config-dir", str(repo_conf)]
     cmd.append(f"+task={target.name}")
     cmd += list(overrides)
-    roots = [str(target.import_root.resolve())] if target.import_root != REPO else []
-    env = {"PYTHONPATH": os.pathsep.join([*roots, str(REPO)])} if roots else {}
+    env = {} if target.import_root == REPO else {"PYTHONPATH": str(target.import_root.resolve())}
     return cmd, env
 
 
@@ -138,7 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     say(f"{spec.name} validated ({target.package_dir}, {result.config_path}).", "green")
     say(f"train it with:\n  {shown}")
     if args.train is not None:
-        return subprocess.call(cmd, env={**os.environ, **env})  # in the user's directory, not the repository
+        run_env = dict(os.environ)
+        if env:
+            run_env["PYTHONPATH"] = os.pathsep.join(p for p in (env["PYTHONPATH"], os.environ.get("PYTHONPATH")) if p)
+        return subprocess.call(cmd, env=run_env)  # in the user's directory, not the repository
     return 0
 
 

@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Isolation", "detect", "bwrap_command", "readable_paths", "SANDBOX_UID", "MODES"]
+__all__ = ["Isolation", "detect", "bwrap_command", "readable_paths", "readable_copy", "SANDBOX_UID", "MODES"]
 
 SANDBOX_UID = 65534  # nobody: not root, so RLIMIT_NPROC applies and host files owned by root stay unwritable
 MODES = ("auto", "bubblewrap", "guard")
@@ -105,6 +105,32 @@ def bwrap_command(scratch: Path, readable: list[Path], bwrap: str | None = None)
         args += ["setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
                  "--inh-caps=-all", "--bounding-set=-all", "--"]
     return args
+
+
+@functools.cache
+def readable_copy(path: Path) -> Path:
+    """``path`` itself, or (as root, when the sandbox user could not read it) a world-readable copy.
+
+    The copy lives in a temporary folder for the life of this process (e.g. the tiny checkpoint,
+    which its cache writes 0700).
+    """
+    import atexit
+    import stat
+    import tempfile
+
+    if os.geteuid() != 0:
+        return path
+    readable = all(os.stat(p).st_mode & (stat.S_IROTH | (stat.S_IXOTH if p.is_dir() else 0))
+                   for p in [path, *path.rglob("*")] if not p.is_symlink())
+    if readable:
+        return path
+    tmp = Path(tempfile.mkdtemp(prefix="ra-readable-"))
+    atexit.register(shutil.rmtree, tmp, True)
+    copy = Path(shutil.copytree(path, tmp / path.name, symlinks=True))
+    for p in [tmp, copy, *copy.rglob("*")]:
+        if not p.is_symlink():
+            p.chmod(0o755 if p.is_dir() else 0o644)
+    return copy
 
 
 @functools.cache

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from research_agent.generate import REQUIRED, Location
-from research_agent.isolation import Isolation, detect
+from research_agent.isolation import Isolation, detect, readable_copy
 from research_agent.sandbox import Limits, run_sandboxed
 from research_agent.spec import TaskSpec
 
@@ -147,6 +147,8 @@ NO_SIGNAL_ADVICE = ("make the reward denser (partial credit for the answer's for
 def _dry_run(report: ValidationReport, loc: Location, spec: TaskSpec, s: ValidateSettings, oracle: list[float],
              iso: Isolation) -> None:
     model = dry_run_model(s.policy)
+    if model is not None and iso.isolated:
+        model = readable_copy(model)  # the sandbox's unprivileged user must read it
     payload = {"module": loc.module, "task": spec.name, "groups": s.groups, "group_size": s.group_size,
                "max_tokens": spec.max_tokens, "seed": 0, "policy": s.policy, "model_path": str(model) if model else None}
     res = run_sandboxed("episodes", payload, loc.import_root, s.limits, iso, readable=(model,) if model else ())
