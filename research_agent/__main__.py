@@ -35,7 +35,7 @@ console = Console()
 
 def say(msg: str, style: str = "") -> None:
     """Print ``msg`` literally (LLM text may hold ``[...]``, which rich would read as markup)."""
-    console.print(Text(msg, style=style))
+    console.print(Text(msg, style=style), soft_wrap=True)  # long paths and commands stay copyable
 
 
 def train_command(target: Target, overrides: list[str] | tuple[str, ...] = ()) -> tuple[list[str], dict[str, str]]:
