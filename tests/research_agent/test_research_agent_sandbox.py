@@ -8,6 +8,7 @@ refused before any syscall) or that its network namespace holds nothing but ``lo
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ from research_agent.validate import ValidationReport
 
 EXAMPLES = [{"instance": {}, "answer": "a", "reward": 1.0}, {"instance": {}, "answer": "b", "reward": 0.0}]
 BWRAP = detect("auto")
+if os.environ.get("RA_REQUIRE_BUBBLEWRAP") and not BWRAP.isolated:  # set by .ci/run once bwrap is installed
+    raise RuntimeError(f"RA_REQUIRE_BUBBLEWRAP is set but {BWRAP.detail}")
 MODES = [pytest.param("bubblewrap", marks=pytest.mark.skipif(
              not BWRAP.isolated, reason=f"no OS isolation here: {BWRAP.detail} (CI installs bubblewrap)")),
          "guard"]
