@@ -347,6 +347,8 @@ def _main() -> None:
         result = check(payload)
     else:
         result = episodes(payload, arm)
+    ru = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    result["cpu_s"] = round(sum(r.ru_utime + r.ru_stime for r in ru), 3)  # the child's own CPU time
     sys.stdout.write("\n" + MARK + json.dumps(result) + "\n")
     sys.stdout.flush()
 
