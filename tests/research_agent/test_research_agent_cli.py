@@ -18,6 +18,7 @@ from ra_scripted import INIT, README, REWARD_BUGGY, REWARD_FIXED, SPEC, TESTS, d
 from research_agent.__main__ import main, train_command
 from research_agent.errors import TargetError
 from research_agent.generate import GENERATED_MARK, target_for, write_task_config
+from research_agent.isolation import detect
 from research_agent.spec import parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,6 +120,8 @@ def test_rerun_keeps_user_files_drops_stale_reports_and_says_no_signal(fake_llm,
     assert len(kept) == 1 and kept[0].read_text() == "my own readme\n"
     assert not (pkg / "research" / "attempt-3").exists() and (pkg / "extra.json").exists()
     assert GENERATED_MARK in (conf / "task" / "game24.yaml").read_text()
+    iso = detect("auto")
+    assert f"Ran with {iso.describe()}" in (pkg / "research" / "attempt-1" / "validation.md").read_text()
     # the echo policy scores a constant reward: said on the terminal with what to do about it
     assert "no training signal" in out and "denser" in out
     # a second run whose package has no extra.json removes the agent's old file, never the user's
