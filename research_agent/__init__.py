@@ -14,12 +14,20 @@ Exceptions (:mod:`research_agent.errors`)::
     ├── LLMNotConfigured      no endpoint/model set; the message says how to set one
     ├── LLMError              the endpoint failed or answered something unusable
     ├── SpecError             a spec is missing fields or has wrong types
+    ├── TargetError           the name or --out folder clashes (built-in task, user's file, shadowed module)
     └── CampaignError         a campaign file is invalid (names the key)
 
 A failed validation is a :class:`~research_agent.validate.ValidationReport`, not an exception.
 This package imports ``swarm`` only; it runs ``flows`` as subprocesses, never imports them.
 """
 
-from research_agent.errors import CampaignError, LLMError, LLMNotConfigured, ResearchAgentError, SpecError
+from research_agent.errors import (
+    CampaignError,
+    LLMError,
+    LLMNotConfigured,
+    ResearchAgentError,
+    SpecError,
+    TargetError,
+)
 
-__all__ = ["ResearchAgentError", "LLMNotConfigured", "LLMError", "SpecError", "CampaignError"]
+__all__ = ["ResearchAgentError", "LLMNotConfigured", "LLMError", "SpecError", "CampaignError", "TargetError"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ResearchAgentError", "LLMNotConfigured", "LLMError", "SpecError", "CampaignError"]
+__all__ = ["ResearchAgentError", "LLMNotConfigured", "LLMError", "SpecError", "CampaignError", "TargetError"]
 
 
 class ResearchAgentError(Exception):
@@ -27,3 +27,7 @@ class SpecError(ResearchAgentError):
 
 class CampaignError(ResearchAgentError):
     """A campaign config is invalid; the message names the key and the fix."""
+
+
+class TargetError(ResearchAgentError):
+    """The task's name or folder would clash (a built-in task, a user's file, a shadowed module)."""

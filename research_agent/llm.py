@@ -6,7 +6,10 @@ overriding the one before. With no model configured :func:`load_settings` raises
 :class:`LLMNotConfigured` with a message that says how to set one. Every exchange is kept in
 ``ChatLLM.transcript`` so the stages can save what was asked and answered.
 
-It does not retry on bad answers (the repair loop decides that) and holds no prompts.
+A failed call (transport error, HTTP error, a 200 whose body is not a chat completion, an empty
+answer) is retried a bounded number of times (``retries``, default 2) and then raised as one
+:class:`LLMError` with a clear message; failed tries are kept in the transcript too. It does not
+judge answers (the stages do) and holds no prompts.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ class LLMSettings:
     temperature: float = 0.2
     max_tokens: int = 8000
     timeout_s: float = 300.0
+    retries: int = 2              # extra tries after a failed call
+    retry_wait_s: float = 2.0     # doubled after each failed try
 
 
 def _read_yaml(conf_dir: Path, name: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -82,7 +87,8 @@ def load_settings(config: dict[str, Any] | None = None, base_url: str | None = N
         raise LLMNotConfigured(HOW_TO_CONFIGURE)
     return LLMSettings(model=str(llm["model"]), base_url=llm.get("base_url"), api_key=llm.get("api_key"),
                        temperature=float(llm.get("temperature", 0.2)), max_tokens=int(llm.get("max_tokens", 8000)),
-                       timeout_s=float(llm.get("timeout_s", 300)))
+                       timeout_s=float(llm.get("timeout_s", 300)), retries=int(llm.get("retries", 2)),
+                       retry_wait_s=float(llm.get("retry_wait_s", 2.0)))
 
 
 @dataclass
@@ -97,21 +103,45 @@ class ChatLLM:
         import openai
 
         return openai.OpenAI(base_url=self.settings.base_url, api_key=self.settings.api_key or "EMPTY",
-                             timeout=self.settings.timeout_s, max_retries=1, http_client=self.http_client)
+                             timeout=self.settings.timeout_s, max_retries=0, http_client=self.http_client)
 
-    def complete(self, messages: list[dict[str, str]], stage: str = "") -> str:
+    def _once(self, messages: list[dict[str, str]], where: str) -> str:
         import openai
 
-        t0 = time.time()
         try:
             resp = self._client().chat.completions.create(model=self.settings.model, messages=messages,
                                                           temperature=self.settings.temperature,
                                                           max_tokens=self.settings.max_tokens)
         except openai.OpenAIError as exc:
-            raise LLMError(f"LLM call ({stage or 'chat'}) to {self.settings.base_url or 'OpenAI'} failed: {exc}") from exc
-        text = (resp.choices[0].message.content or "") if resp.choices else ""
-        self.transcript.append({"stage": stage, "messages": messages, "answer": text,
-                                "seconds": round(time.time() - t0, 2)})
-        if not text.strip():
-            raise LLMError(f"LLM call ({stage or 'chat'}) returned an empty answer", raw=text)
+            raise LLMError(f"{where} failed: {type(exc).__name__}: {exc}") from exc
+        choices = getattr(resp, "choices", None)
+        if not isinstance(choices, list):  # e.g. an HTML error page or plain text served with HTTP 200
+            raise LLMError(f"{where} answered with a body that is not an OpenAI chat completion: {str(resp)[:200]!r}",
+                           raw=str(resp))
+        message = getattr(choices[0], "message", None) if choices else None
+        text = getattr(message, "content", None) or ""
+        if not isinstance(text, str) or not text.strip():
+            raise LLMError(f"{where} returned an empty answer", raw=str(text))
         return text
+
+    def complete(self, messages: list[dict[str, str]], stage: str = "") -> str:
+        """The answer text; up to ``1 + retries`` tries, then one :class:`LLMError` naming the last failure."""
+        where = f"LLM call ({stage or 'chat'}) to {self.settings.base_url or 'OpenAI'}"
+        wait = self.settings.retry_wait_s
+        tries = 1 + max(0, self.settings.retries)
+        for i in range(1, tries + 1):
+            t0 = time.time()
+            try:
+                text = self._once(messages, where)
+            except LLMError as exc:
+                self.transcript.append({"stage": stage, "messages": messages, "error": str(exc), "try": i,
+                                        "seconds": round(time.time() - t0, 2)})
+                if i == tries:
+                    raise LLMError(f"{exc} (gave up after {tries} tries)", raw=exc.raw) from exc
+                time.sleep(wait)
+                wait *= 2
+                continue
+            self.transcript.append({"stage": stage, "messages": messages, "answer": text, "try": i,
+                                    "seconds": round(time.time() - t0, 2)})
+            return text
+        raise AssertionError("unreachable")

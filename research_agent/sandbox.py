@@ -1,19 +1,22 @@
-"""Run generated task code in a child process with time, memory and network limits.
+"""Run generated task code in a child process: isolated by bubblewrap where possible, always limited.
 
 Parent side: :func:`run_sandboxed` starts ``python -m research_agent.sandbox <mode>`` with the
 payload on stdin, ``RLIMIT_AS`` / ``RLIMIT_CPU`` / ``RLIMIT_FSIZE`` set before exec, a wall-clock
-timeout, a scratch working directory, and returns a :class:`SandboxResult` (a failure, a crash
-or a timeout is a result, never an exception).
+timeout (the whole process group is killed), a fresh scratch dir as working and home directory,
+an environment of known variables only (no API keys), and returns a :class:`SandboxResult` (a
+failure, a crash or a timeout is a result, never an exception). The child runs inside
+bubblewrap (:mod:`research_agent.isolation`: private loopback only, read-only project, writable
+scratch, unprivileged, ``RLIMIT_NPROC``) when the machine has it; otherwise under the audit-hook
+guard of :mod:`research_agent.guard`, and the result says which (``isolation``).
 
-Child side: an audit hook refuses sockets to anything but loopback (``socket.connect``,
-``socket.getaddrinfo``, ``sendto``) and refuses starting processes; then one mode runs:
+Child side, one mode:
 
 - ``check``: import and signature checks, instance determinism, the package's own reward tests,
   property checks of ``compute_reward`` (finite float in [low, high], deterministic, malformed
   answers handled) and the spec's worked examples as oracle answers;
-- ``episodes``: K prompt groups through a real gateway with the swarm client.
-
-The audit hook is a guard against mistakes in generated code, not a boundary against hostile code.
+- ``episodes``: the dry run. The child starts the gateway (:func:`swarm.stack.start_stack`) with
+  the dry-run policy on its own loopback and a pool in the scratch dir, runs K prompt groups (or
+  K games of a ``run_multiagent`` task) through the swarm client, and reports what the pool holds.
 """
 
 from __future__ import annotations
@@ -28,17 +31,20 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from research_agent.isolation import SANDBOX_UID, Isolation, bwrap_command, detect, readable_paths
 
 __all__ = ["Limits", "SandboxResult", "run_sandboxed", "MALFORMED_ANSWERS"]
 
 REPO = Path(__file__).resolve().parents[1]
 MARK = "@@SANDBOX-RESULT@@ "
-LOOPBACK = {"127.0.0.1", "::1", "localhost", "0.0.0.0"}
 MALFORMED_ANSWERS: tuple[Any, ...] = (None, "", "   ", "???", "<|im_end|>", '{"answer": ', "-1e309", "NaN",
                                       "x" * 2000, "1/0", "\u00e9\u00e8\u2603")
+_ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCH_NUM_THREADS")
 
 
 @dataclass
@@ -47,6 +53,7 @@ class Limits:
     cpu_s: int = 300
     memory_mb: int = 4096
     file_mb: int = 64
+    processes: int = 256      # RLIMIT_NPROC inside bubblewrap (threads count too)
 
 
 @dataclass
@@ -57,6 +64,7 @@ class SandboxResult:
     timed_out: bool = False
     stderr_tail: str = ""
     seconds: float = 0.0
+    isolation: Isolation | None = None
 
     @property
     def error(self) -> str:
@@ -67,7 +75,7 @@ class SandboxResult:
         return ""
 
 
-def _set_limits(limits: Limits) -> Any:
+def _set_limits(limits: Limits) -> Callable[[], None]:
     def apply() -> None:
         mem = limits.memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
@@ -79,15 +87,34 @@ def _set_limits(limits: Limits) -> Any:
     return apply
 
 
-def run_sandboxed(mode: str, payload: dict[str, Any], import_root: Path, limits: Limits | None = None) -> SandboxResult:
-    """Run one child mode; ``import_root`` goes first on its ``PYTHONPATH`` (where the package lives)."""
+def _env(import_root: Path, scratch: Path, isolation: Isolation, limits: Limits) -> dict[str, str]:
+    env = {k: os.environ[k] for k in _ENV_KEEP if k in os.environ}
+    env.update({"PYTHONPATH": os.pathsep.join(dict.fromkeys([str(import_root), str(REPO)])),
+                "HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONUNBUFFERED": "1", "NO_PROXY": "*", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "DO_NOT_TRACK": "true", "RA_SANDBOX_ISOLATION": isolation.kind,
+                "RA_SANDBOX_NPROC": str(limits.processes), "RA_SANDBOX_SCRATCH": str(scratch)})
+    return env
+
+
+def run_sandboxed(mode: str, payload: dict[str, Any], import_root: Path, limits: Limits | None = None,
+                  isolation: Isolation | str = "auto", readable: tuple[Path, ...] = ()) -> SandboxResult:
+    """Run one child mode; ``import_root`` goes first on its ``PYTHONPATH`` (where the package lives).
+
+    ``isolation`` is an :class:`Isolation` or a mode for :func:`research_agent.isolation.detect`;
+    ``readable`` adds read-only paths the child needs (the dry-run model).
+    """
     limits = limits or Limits()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RESEARCH_AGENT_"))}
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(import_root), str(REPO)]))
-    env.update({"PYTHONDONTWRITEBYTECODE": "1", "NO_PROXY": "*", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"})
+    iso = isolation if isinstance(isolation, Isolation) else detect(isolation)
     t0 = time.time()
-    with tempfile.TemporaryDirectory(prefix="ra-sandbox-") as cwd:
-        proc = subprocess.Popen([sys.executable, "-m", "research_agent.sandbox", mode], cwd=cwd, env=env,
+    with tempfile.TemporaryDirectory(prefix="ra-sandbox-") as tmp:
+        scratch = Path(tmp).resolve()
+        cmd = [sys.executable, "-m", "research_agent.sandbox", mode]
+        if iso.isolated:
+            if os.geteuid() == 0:
+                os.chown(scratch, SANDBOX_UID, SANDBOX_UID)
+            cmd = bwrap_command(scratch, readable_paths([Path(import_root), REPO, *readable])) + cmd
+        proc = subprocess.Popen(cmd, cwd=scratch, env=_env(Path(import_root), scratch, iso, limits),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 preexec_fn=_set_limits(limits))
         try:
@@ -95,35 +122,16 @@ def run_sandboxed(mode: str, payload: dict[str, Any], import_root: Path, limits:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             out, err = proc.communicate()
-            return SandboxResult(False, {}, proc.returncode, True, (err or "")[-4000:], time.time() - t0)
+            return SandboxResult(False, {}, proc.returncode, True, (err or "")[-4000:], time.time() - t0, iso)
     data: dict[str, Any] = {}
     for line in (out or "").splitlines():
         if line.startswith(MARK):
             data = json.loads(line[len(MARK):])
     return SandboxResult(bool(data) and proc.returncode == 0, data, proc.returncode, False, (err or "")[-4000:],
-                         time.time() - t0)
+                         time.time() - t0, iso)
 
 
 # ---------------------------------------------------------------- child side
-
-def _install_guard() -> None:
-    def host_ok(host: Any) -> bool:
-        if isinstance(host, bytes):
-            host = host.decode(errors="replace")
-        return host is None or str(host) in LOOPBACK or str(host).startswith("127.")
-
-    def hook(event: str, args: tuple) -> None:
-        if event in ("socket.connect", "socket.sendto"):
-            addr = args[1]
-            if isinstance(addr, tuple) and not host_ok(addr[0]):
-                raise PermissionError(f"sandbox: network access to {addr[0]} is not allowed (loopback only)")
-        elif event == "socket.getaddrinfo" and not host_ok(args[0]):
-            raise PermissionError(f"sandbox: name lookup of {args[0]} is not allowed (loopback only)")
-        elif event in ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.fork", "os.forkpty"):
-            raise PermissionError(f"sandbox: starting processes ({event}) is not allowed in task code")
-
-    sys.addaudithook(hook)
-
 
 def _tb(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-3000:]
@@ -170,6 +178,23 @@ def _score(compute: Any, instance: dict[str, Any], answer: Any, low: float, high
     return True, "", float(r)
 
 
+def _signatures(c: _Checks, mod: Any, module: str) -> None:
+    """make_instance(seed), and run_episode(instance, llm) or run_multiagent(instance, client, group_id, cfg, kind)."""
+    fn = getattr(mod, "make_instance", None)
+    ok = callable(fn) and _arity(fn) == 1
+    c.add("signature make_instance", ok, "" if ok else f"{module}.make_instance must be a function of 1 argument(s)")
+    multi = getattr(mod, "run_multiagent", None)
+    if callable(multi):
+        params = inspect.signature(multi).parameters
+        ok = _arity(multi) == 4 and "kind" in params
+        c.add("signature run_multiagent", ok, "" if ok else
+              f"{module}.run_multiagent must be run_multiagent(instance, client, group_id, cfg, kind='train')")
+        return
+    fn = getattr(mod, "run_episode", None)
+    ok = callable(fn) and _arity(fn) == 2
+    c.add("signature run_episode", ok, "" if ok else f"{module}.run_episode must be a function of 2 argument(s)")
+
+
 def check(payload: dict[str, Any]) -> dict[str, Any]:
     import importlib
 
@@ -179,10 +204,7 @@ def check(payload: dict[str, Any]) -> dict[str, Any]:
     reward_mod = c.run("import reward module", lambda: importlib.import_module(f"{module}.reward"))
     if mod is None or reward_mod is None:
         return {"checks": c.items}
-    for fn_name, n in (("make_instance", 1), ("run_episode", 2)):
-        fn = getattr(mod, fn_name, None)
-        c.add(f"signature {fn_name}", callable(fn) and _arity(fn) == n,
-              "" if callable(fn) and _arity(fn) == n else f"{module}.{fn_name} must be a function of {n} argument(s)")
+    _signatures(c, mod, module)
     compute = getattr(reward_mod, "compute_reward", None)
     if not c.add("signature compute_reward", callable(compute) and _arity(compute) == 2,
                  "" if callable(compute) else "reward.py must define compute_reward(instance, answer)"):
@@ -209,6 +231,9 @@ def check(payload: dict[str, Any]) -> dict[str, Any]:
         for n in names:
             c.run(f"package test {n}", getattr(tests, n))
     failures = []
+    if not instances:  # a check that could not run is a failure, not a pass
+        failures.append("could not run: make_instance gave no instance to score malformed answers against "
+                        "(see the check 'instances deterministic and JSON-serialisable')")
     for inst in instances[:4]:
         for ans in MALFORMED_ANSWERS:
             try:
@@ -231,44 +256,99 @@ def check(payload: dict[str, Any]) -> dict[str, Any]:
             problems.append(f"worked example {i} (answer {ex['answer']!r:.60}): {why}")
         else:
             oracle.append(r)
+    if not payload.get("examples"):
+        problems.append("could not run: the spec has no worked examples")
     c.add("oracle: worked examples get their stated rewards", not problems, "\n".join(problems[:4]))
     return {"checks": c.items, "oracle_rewards": oracle}
 
 
-def episodes(payload: dict[str, Any]) -> dict[str, Any]:
-    """Run ``groups`` x ``group_size`` episodes one by one; agent errors are collected with tracebacks."""
+def _backend(policy: str, model_path: str | None) -> Any:
+    from swarm.policy import build_backend
+
+    if policy == "echo":
+        return build_backend("echo")
+    if policy == "tiny":
+        return build_backend("hf", model_path=model_path, policies=["default"])
+    raise ValueError(f"validate.policy={policy!r} is unknown; use tiny or echo")
+
+
+def _pool_summary(pool: Any, task: str) -> dict[str, Any]:
+    """What the dry run left in the pool: episodes by status, episodes without steps, rewards by group."""
+    from swarm.pool import StepFilter
+
+    eps = pool.query_episodes(StepFilter(task=task), limit=10_000)
+    finished = [e for e in eps if e.status.value == "finished"]
+    with_steps = {st.episode_id for st in pool.query_steps(StepFilter(task=task), limit=100_000)}
+    groups: dict[str, list[float]] = {}
+    for e in finished:
+        groups.setdefault(e.group_id or e.episode_id, []).append(float(e.reward or 0.0))
+    return {"episodes": len(eps), "finished": len(finished),
+            "without_steps": sum(1 for e in finished if e.episode_id not in with_steps), "groups": groups}
+
+
+def episodes(payload: dict[str, Any], arm: Callable[[], None]) -> dict[str, Any]:
+    """The dry run: a gateway on this sandbox's loopback, then ``groups`` groups (or games) one by one."""
     from swarm.client.sdk import SwarmClient
     from swarm.client.task import load_task
     from swarm.client.worker import WorkerConfig, run_one_episode
+    from swarm.pool import Pool
+    from swarm.stack import start_stack
 
     errors: list[str] = []
-    rewards: dict[str, list[float]] = {}
+    pool = Pool(f"sqlite:///{Path(os.environ.get('RA_SANDBOX_SCRATCH', '.')) / 'dryrun-pool.db'}")
     try:
-        task = load_task(payload["module"])
-    except Exception as exc:  # reported to the repair loop
-        return {"errors": [_tb(exc)], "rewards": {}}
-    cfg = WorkerConfig(server=payload["server"], task=payload["module"], workers=1,
-                       group_size=int(payload["group_size"]), temperature=float(payload.get("temperature", 1.0)),
-                       max_tokens=int(payload.get("max_tokens", 32)),
-                       episode_timeout_s=float(payload.get("episode_timeout_s", 60)), client_id="research-agent")
-    with SwarmClient(cfg.server) as client:
-        for g in range(int(payload["groups"])):
-            seed = int(payload.get("seed", 0)) + g
-            group = f"{task.name}-{seed}"
-            for _ in range(cfg.group_size):
-                try:
-                    parts = run_one_episode(client, task, cfg, seed, group)
-                    rewards.setdefault(group, []).append(float(parts["reward"]))
-                except Exception as exc:  # the agent's failure is the result
-                    errors.append(_tb(exc))
-    return {"errors": errors[:3], "n_errors": len(errors), "rewards": rewards}
+        with start_stack(pool, _backend(payload["policy"], payload.get("model_path"))) as stack:
+            arm()  # trusted set-up done: from here on generated code runs
+            try:
+                task = load_task(payload["module"])
+            except Exception as exc:  # reported to the repair loop
+                return {"errors": [_tb(exc)], "n_errors": 1, "summary": _pool_summary(pool, payload["task"])}
+            cfg = WorkerConfig(server=stack.url, task=payload["module"], workers=1,
+                               group_size=int(payload["group_size"]), max_tokens=int(payload.get("max_tokens", 32)),
+                               temperature=float(payload.get("temperature", 1.0)),
+                               episode_timeout_s=float(payload.get("episode_timeout_s", 60)), client_id="research-agent")
+            with SwarmClient(cfg.server) as client:
+                for g in range(int(payload["groups"])):
+                    seed = int(payload.get("seed", 0)) + g
+                    group = f"{task.name}-{seed}"
+                    runs = 1 if task.run_multiagent is not None else cfg.group_size  # a game is one group
+                    for _ in range(runs):
+                        try:
+                            if task.run_multiagent is not None:
+                                task.run_multiagent(task.make_instance(seed), client, group, cfg, kind="train")
+                            else:
+                                run_one_episode(client, task, cfg, seed, group)
+                        except Exception as exc:  # the agent's failure is the result
+                            errors.append(_tb(exc))
+        return {"errors": errors[:3], "n_errors": len(errors), "multiagent": task.run_multiagent is not None,
+                "summary": _pool_summary(pool, payload["task"])}
+    finally:
+        pool.close()
 
 
 def _main() -> None:
     mode = sys.argv[1]
     payload = json.loads(sys.stdin.read())
-    _install_guard()
-    result = {"check": check, "episodes": episodes}[mode](payload)
+    scratch = os.environ.get("RA_SANDBOX_SCRATCH", os.getcwd())
+    if os.environ.get("RA_SANDBOX_ISOLATION") == "bubblewrap":
+        # inside our own namespaces as an unprivileged user: the kernel enforces this
+        n = int(os.environ.get("RA_SANDBOX_NPROC", "256"))
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+
+        def arm() -> None:
+            return None
+    else:
+        from research_agent.guard import install_guard
+
+        def arm() -> None:
+            install_guard(scratch)
+    if mode == "check":
+        arm()
+        result = check(payload)
+    else:
+        result = episodes(payload, arm)
+    ru = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    result["cpu_s"] = round(sum(r.ru_utime + r.ru_stime for r in ru), 3)  # the child's own CPU time
     sys.stdout.write("\n" + MARK + json.dumps(result) + "\n")
     sys.stdout.flush()
 

@@ -93,7 +93,8 @@ Turn the researcher's description into a task spec. Answer with ONE JSON object 
   name (lowercase identifier), summary (one line),
   instance: {description, fields: {key: meaning}, generation (how instance i is built from an integer seed,
              deterministic; or name a small data_file shipped with the task), data_file (or null)},
-  workflow: {turns: "single"|"multi", max_turns, tools: [names], roles: [names], prompt (what the agent is told)},
+  workflow: {turns: "single"|"multi", max_turns, tools: [names], roles: [names] (two or more roles played by the
+             policy make a multi-agent game: one episode per seat), prompt (what the agent is told)},
   reward: {definition (exact formula), low, high, examples: [at least 3 of {instance, answer, reward, why}],
            covering a correct answer, a wrong but well-formed answer, and a malformed answer},
   success (when the task counts as learned), group_size (episodes per prompt group, 4-8),

@@ -6,11 +6,16 @@ with tracebacks) in three layers, stopping at the first layer that fails:
 1. static: the required files exist and every ``.py`` file compiles;
 2. sandboxed checks (:mod:`research_agent.sandbox` ``check``): imports, signatures, instance
    determinism, the package's reward tests, reward properties, worked examples as oracles;
-3. dry run: a real gateway (:func:`swarm.stack.start_stack`) on loopback with the configured
-   policy (the tiny model by default) and a fresh SQLite pool; the package's episodes run in
-   the sandbox through the swarm client; then the pool must show every episode finished, steps
+3. dry run: inside the same sandbox, a real gateway (:func:`swarm.stack.start_stack`) on the
+   sandbox's private loopback with the configured policy (the tiny model by default) and a fresh
+   SQLite pool in its scratch dir; the package's episodes (or games, for ``run_multiagent``
+   tasks) run through the swarm client; then the pool must show every episode finished, steps
    recorded for each, and rewards that vary within a group. When the tiny model's rewards do
-   not vary, the worked examples stand in: they must reach at least two reward values.
+   not vary, the worked examples stand in (they must reach at least two reward values) and the
+   report's ``no_signal`` says so with advice, for the terminal.
+
+A check that could not run is a failure. Without OS isolation the report says so (a warning
+check) and the caller says so on the terminal.
 
 It does not repair anything (:mod:`research_agent.repair` does).
 """
@@ -19,16 +24,16 @@ from __future__ import annotations
 
 import json
 import statistics
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from research_agent.generate import REQUIRED, Target
+from research_agent.generate import REQUIRED, Location
+from research_agent.isolation import Isolation, detect, readable_copy
 from research_agent.sandbox import Limits, run_sandboxed
 from research_agent.spec import TaskSpec
 
-__all__ = ["Check", "ValidationReport", "ValidateSettings", "validate_package", "dry_run_backend"]
+__all__ = ["Check", "ValidationReport", "ValidateSettings", "validate_package", "dry_run_model", "NO_SIGNAL_ADVICE"]
 
 
 @dataclass
@@ -43,6 +48,8 @@ class Check:
 class ValidationReport:
     checks: list[Check] = field(default_factory=list)
     rewards: dict[str, list[float]] = field(default_factory=dict)
+    isolation: str = ""             # how the generated code was run (bubblewrap, or the guard and why)
+    no_signal: str = ""             # set when the dry run's rewards never varied within a group
 
     @property
     def ok(self) -> bool:
@@ -56,7 +63,7 @@ class ValidationReport:
         return ok
 
     def to_markdown(self) -> str:
-        lines = [f"# Validation: {'PASSED' if self.ok else 'FAILED'}", ""]
+        lines = [f"# Validation: {'PASSED' if self.ok else 'FAILED'}", "", f"Ran with {self.isolation}", ""]
         for c in self.checks:
             mark = "ok" if c.ok else ("warn" if c.warn else "FAIL")
             lines.append(f"- [{mark}] {c.name}")
@@ -82,6 +89,8 @@ class ValidateSettings:
     timeout_s: float = 180.0
     cpu_s: int = 300
     memory_mb: int = 4096
+    processes: int = 256          # RLIMIT_NPROC inside bubblewrap (threads count too)
+    isolation: str = "auto"       # auto (bubblewrap when it works here, else the guard) | bubblewrap | guard
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any] | None) -> ValidateSettings:
@@ -90,28 +99,19 @@ class ValidateSettings:
 
     @property
     def limits(self) -> Limits:
-        return Limits(timeout_s=self.timeout_s, cpu_s=self.cpu_s, memory_mb=self.memory_mb)
+        return Limits(timeout_s=self.timeout_s, cpu_s=self.cpu_s, memory_mb=self.memory_mb, processes=self.processes)
 
 
-_BACKENDS: dict[str, Any] = {}
+def dry_run_model(policy: str) -> Path | None:
+    """The tiny warm-started checkpoint for ``policy=tiny`` (built once and cached on disk), else None."""
+    if policy == "echo":
+        return None
+    if policy != "tiny":
+        raise ValueError(f"validate.policy={policy!r} is unknown; use tiny or echo")
+    from swarm.policy.tiny import ensure_tiny_model
+    from swarm.policy.warmup import word_chain_warmup
 
-
-def dry_run_backend(policy: str) -> Any:
-    """The dry run's policy backend, built once per process (the tiny model loads in seconds)."""
-    if policy not in _BACKENDS:
-        from swarm.policy import build_backend
-
-        if policy == "echo":
-            _BACKENDS[policy] = build_backend("echo")
-        elif policy == "tiny":
-            from swarm.policy.tiny import ensure_tiny_model
-            from swarm.policy.warmup import word_chain_warmup
-
-            path = ensure_tiny_model(warmup=word_chain_warmup)
-            _BACKENDS[policy] = build_backend("hf", model_path=str(path), policies=["default"])
-        else:
-            raise ValueError(f"validate.policy={policy!r} is unknown; use tiny or echo")
-    return _BACKENDS[policy]
+    return ensure_tiny_model(warmup=word_chain_warmup)
 
 
 def _static(report: ValidationReport, pkg: Path) -> bool:
@@ -126,10 +126,11 @@ def _static(report: ValidationReport, pkg: Path) -> bool:
     return report.ok
 
 
-def _sandbox_checks(report: ValidationReport, target: Target, spec: TaskSpec, s: ValidateSettings) -> list[float]:
-    payload = {"module": target.module, "low": spec.reward.low, "high": spec.reward.high, "seeds": s.property_seeds,
+def _sandbox_checks(report: ValidationReport, loc: Location, spec: TaskSpec, s: ValidateSettings,
+                    iso: Isolation) -> list[float]:
+    payload = {"module": loc.module, "low": spec.reward.low, "high": spec.reward.high, "seeds": s.property_seeds,
                "examples": [e.model_dump(mode="json") for e in spec.reward.examples]}
-    res = run_sandboxed("check", payload, target.import_root, s.limits)
+    res = run_sandboxed("check", payload, loc.import_root, s.limits, iso)
     if not res.ok:
         report.add("sandboxed checks ran", False, res.error)
         return []
@@ -138,60 +139,66 @@ def _sandbox_checks(report: ValidationReport, target: Target, spec: TaskSpec, s:
     return list(res.data.get("oracle_rewards", []))
 
 
-def _dry_run(report: ValidationReport, target: Target, spec: TaskSpec, s: ValidateSettings, oracle: list[float],
-             backend: Any) -> None:
-    from swarm.pool import Pool, StepFilter
-    from swarm.stack import start_stack
-
-    with tempfile.TemporaryDirectory(prefix="ra-dryrun-") as tmp:
-        pool = Pool(f"sqlite:///{Path(tmp) / 'pool.db'}")
-        try:
-            with start_stack(pool, backend) as stack:
-                payload = {"server": stack.url, "module": target.module, "groups": s.groups,
-                           "group_size": s.group_size, "max_tokens": spec.max_tokens, "seed": 0}
-                res = run_sandboxed("episodes", payload, target.import_root, s.limits)
-            if not report.add("dry run ran", res.ok, res.error):
-                return
-            errors = res.data.get("errors", [])
-            report.add("episodes run without agent errors", not errors,
-                       f"{res.data.get('n_errors', 0)} failed; first:\n" + "\n".join(errors[:1]) if errors else "")
-            expected = s.groups * s.group_size
-            eps = pool.query_episodes(StepFilter(task=spec.name), limit=1000)
-            finished = [e for e in eps if e.status.value == "finished"]
-            report.add("episodes finished", len(finished) == expected, f"{len(finished)} of {expected} finished")
-            steps = pool.query_steps(StepFilter(task=spec.name), limit=10_000)
-            with_steps = {st.episode_id for st in steps}
-            lacking = [e.episode_id for e in finished if e.episode_id not in with_steps]
-            report.add("steps recorded for every episode", bool(finished) and not lacking,
-                       f"{len(lacking)} finished episodes have no LLM call recorded (run_episode must call llm)"
-                       if lacking else "")
-            groups: dict[str, list[float]] = {}
-            for e in finished:
-                groups.setdefault(e.group_id or e.episode_id, []).append(float(e.reward or 0.0))
-            report.rewards = groups
-            varies = any(len(rs) > 1 and statistics.pvariance(rs) > 0 for rs in groups.values())
-            if varies:
-                report.add("rewards vary within a group (GRPO has signal)", True)
-            elif len(set(oracle)) >= 2:
-                report.add("rewards vary within a group (GRPO has signal)", False,
-                           f"the dry-run policy scored a constant reward; the worked examples reach {sorted(set(oracle))}, "
-                           "so the reward can vary once the policy improves", warn=True)
-            else:
-                report.add("rewards vary (dry run or worked examples)", False,
-                           "neither the dry run nor the worked examples give two different rewards")
-        finally:
-            pool.close()
+NO_SIGNAL_ADVICE = ("make the reward denser (partial credit for the answer's format or for partly right answers) "
+                    "or the task easier to start with (a curriculum from small instances), so a weak policy "
+                    "gets different rewards within a group")
 
 
-def validate_package(target: Target, spec: TaskSpec, settings: ValidateSettings | None = None,
-                     backend: Any = None) -> ValidationReport:
-    """All checks for the package at ``target``; ``backend`` overrides the dry-run policy."""
+def _dry_run(report: ValidationReport, loc: Location, spec: TaskSpec, s: ValidateSettings, oracle: list[float],
+             iso: Isolation) -> None:
+    model = dry_run_model(s.policy)
+    if model is not None and iso.isolated:
+        model = readable_copy(model)  # the sandbox's unprivileged user must read it
+    payload = {"module": loc.module, "task": spec.name, "groups": s.groups, "group_size": s.group_size,
+               "max_tokens": spec.max_tokens, "seed": 0, "policy": s.policy, "model_path": str(model) if model else None}
+    res = run_sandboxed("episodes", payload, loc.import_root, s.limits, iso, readable=(model,) if model else ())
+    if not report.add("dry run ran", res.ok, res.error):
+        return
+    errors = res.data.get("errors", [])
+    report.add("episodes run without agent errors", not errors,
+               f"{res.data.get('n_errors', 0)} failed; first:\n" + "\n".join(errors[:1]) if errors else "")
+    summary = res.data["summary"]
+    groups: dict[str, list[float]] = summary["groups"]
+    if res.data.get("multiagent"):  # one game per group; every player's episode must finish
+        ok = len(groups) == s.groups and summary["finished"] == summary["episodes"] > 0
+        report.add("episodes finished", ok, f"{summary['finished']} of {summary['episodes']} player episodes finished "
+                                            f"in {len(groups)} of {s.groups} games")
+    else:
+        expected = s.groups * s.group_size
+        report.add("episodes finished", summary["finished"] == expected, f"{summary['finished']} of {expected} finished")
+    lacking = summary["without_steps"]
+    report.add("steps recorded for every episode", summary["finished"] > 0 and not lacking,
+               f"{lacking} finished episodes have no LLM call recorded (run_episode must call llm)" if lacking else
+               ("" if summary["finished"] else "no episode finished"))
+    report.rewards = groups
+    varies = any(len(rs) > 1 and statistics.pvariance(rs) > 0 for rs in groups.values())
+    if varies:
+        report.add("rewards vary within a group (GRPO has signal)", True)
+        return
+    flat = sorted({r for rs in groups.values() for r in rs})
+    report.no_signal = (f"the dry-run policy ({s.policy}) got the same reward within every group "
+                        f"(values seen: {flat}), so training on it would have no signal; {NO_SIGNAL_ADVICE}")
+    if len(set(oracle)) >= 2:
+        report.add("rewards vary within a group (GRPO has signal)", False,
+                   f"{report.no_signal}. The worked examples reach {sorted(set(oracle))}, so the reward can vary once "
+                   "the policy improves", warn=True)
+    else:
+        report.add("rewards vary (dry run or worked examples)", False,
+                   f"neither the dry run nor the worked examples give two different rewards; {NO_SIGNAL_ADVICE}")
+
+
+def validate_package(loc: Location, spec: TaskSpec, settings: ValidateSettings | None = None,
+                     isolation: Isolation | None = None) -> ValidationReport:
+    """All checks for the package at ``loc`` (import it as ``loc.module`` from ``loc.import_root``)."""
     s = settings or ValidateSettings()
-    report = ValidationReport()
-    if not _static(report, target.package_dir):
+    iso = isolation or detect(s.isolation)
+    report = ValidationReport(isolation=iso.describe())
+    if not iso.isolated:  # said in the report, and by the caller on the terminal
+        report.add("isolation (bubblewrap)", False, iso.describe(), warn=True)
+    if not _static(report, loc.package_dir):
         return report
-    oracle = _sandbox_checks(report, target, spec, s)
+    oracle = _sandbox_checks(report, loc, spec, s, iso)
     if not report.ok:
         return report
-    _dry_run(report, target, spec, s, oracle, backend if backend is not None else dry_run_backend(s.policy))
+    _dry_run(report, loc, spec, s, oracle, iso)
     return report

@@ -2,6 +2,7 @@
 
 The fake LLM is a test double for an outside paid service: a tiny FastAPI app answering
 ``/v1/chat/completions`` in OpenAI's shape from a script (a function of the request's messages).
+A script may return a starlette ``Response`` instead of text, to serve a broken body as-is.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
 
 from swarm.stack import ServerThread
 
@@ -25,16 +26,18 @@ class FakeLLM:
     def settings(self) -> Any:
         from research_agent.llm import LLMSettings
 
-        return LLMSettings(model="fake-coder", base_url=self.url, api_key="test-key", timeout_s=30)
+        return LLMSettings(model="fake-coder", base_url=self.url, api_key="test-key", timeout_s=30, retry_wait_s=0.0)
 
 
-def _app(script: Callable[[list[dict[str, Any]]], str], seen: list) -> FastAPI:
+def _app(script: Callable[[list[dict[str, Any]]], Any], seen: list) -> FastAPI:
     app = FastAPI()
 
-    @app.post("/v1/chat/completions")
-    def chat(body: dict[str, Any]) -> dict[str, Any]:
+    @app.post("/v1/chat/completions", response_model=None)
+    def chat(body: dict[str, Any]) -> Any:
         seen.append(body["messages"])
         text = script(body["messages"])
+        if isinstance(text, Response):
+            return text
         return {"id": f"chatcmpl-fake-{len(seen)}", "object": "chat.completion", "created": int(time.time()),
                 "model": body.get("model", "fake"),
                 "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],

@@ -1,5 +1,6 @@
 """Plain English -> validated task -> one training update: the CLI with a scripted fake LLM whose
-first package has a real bug (the repair loop runs), then the generated task through flows.train."""
+first package has a real bug (the repair loop runs), then ``--train`` with Hydra overrides runs
+``flows.train`` on the user's conf dir (its edits win) from the user's directory."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ from pathlib import Path
 import mlflow
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 from ra_scripted import game24_script
 
 from research_agent.__main__ import main
@@ -22,13 +21,19 @@ DESCRIPTION = ("Train the policy to play 24: given four numbers, answer an expre
 
 
 @pytest.mark.slow
-def test_description_to_trained_task(tmp_path: Path, fake_llm, prefect_harness, monkeypatch, capsys) -> None:
+def test_description_to_trained_task(tmp_path: Path, fake_llm, monkeypatch, capsys) -> None:
     llm = fake_llm(game24_script)
     conf = tmp_path / "conf"
     shutil.copytree(REPO / "conf", conf)
+    # the user's own edit of their copy must win over the repository's conf/
+    train_yaml = conf / "train.yaml"
+    train_yaml.write_text(train_yaml.read_text().replace("  updates: 100 ", "  updates: 1 "))
     out = tmp_path / "gentasks"
+    monkeypatch.chdir(tmp_path)
     rc = main([DESCRIPTION, "--out", str(out), "--conf-dir", str(conf), "--max-attempts", "3",
-               "--base-url", llm.url, "--api-key", "test-key", "--model", "fake-coder"])
+               "--base-url", llm.url, "--api-key", "test-key", "--model", "fake-coder",
+               "--train", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'ml.db'}", f"train.out_dir={tmp_path / 'run'}",
+               "batching.min_groups=1", "mlflow.sample_trajectories=1", "runner.workers=4"])
     printed = capsys.readouterr().out
     assert rc == 0, printed
     pkg = out / "game24"
@@ -48,16 +53,10 @@ def test_description_to_trained_task(tmp_path: Path, fake_llm, prefect_harness, 
     task_yaml = (conf / "task" / "game24.yaml").read_text()
     assert task_yaml.startswith("# @package _global_") and "name: gentasks.game24" in task_yaml
 
-    # hand over: one real update through the training flow with +task=game24
-    from flows.train import train_flow
-
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with initialize_config_dir(config_dir=str(conf), version_base=None):
-        cfg = compose(config_name="train", overrides=[
-            "+task=game24", f"train.out_dir={tmp_path / 'run'}", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'ml.db'}",
-            "train.updates=1", "batching.min_groups=1", "mlflow.sample_trajectories=1", "runner.workers=4"])
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    summary = train_flow(resolved)
-    assert summary["status"] == "FINISHED" and summary["updates"] == 1
-    run = mlflow.tracking.MlflowClient(resolved["mlflow"]["tracking_uri"]).get_run(summary["run_id"])
-    assert run.data.params["task.name"] == "gentasks.game24" and "train/loss" in run.data.metrics
+    # hand over: --train ran flows.train with the user's conf (updates: 1) and the overrides
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'ml.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    run = runs[0]
+    assert run.data.params["task.name"] == "gentasks.game24" and run.data.params["train.updates"] == "1"
+    assert "train/loss" in run.data.metrics
