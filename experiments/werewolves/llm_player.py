@@ -54,7 +54,7 @@ _ASK = {
     "vote": "Day vote: vote to eliminate a living player.",
 }
 
-Chat = Callable[[list[dict[str, Any]], dict[str, Any] | None], str]
+Chat = Callable[[list[dict[str, Any]], dict[str, Any] | None], "tuple[str, str | None]"]
 
 
 def system_prompt(player: int, role: str, wolves: list[int]) -> str:
@@ -89,13 +89,17 @@ def render_decision(d: Decision, constrained: bool = True) -> str:
 
 
 def openai_chat(client: Any, model: str, temperature: float, max_tokens: int) -> Chat:
-    """A ``(messages, response_format) -> reply text`` function over an ``openai.OpenAI`` client."""
+    """A ``(messages, response_format) -> (reply text, step id)`` function over an ``openai.OpenAI`` client.
 
-    def chat(messages: list[dict[str, Any]], response_format: dict[str, Any] | None) -> str:
+    The step id is the gateway's record of the call (``swarm.step_id`` in the response; None elsewhere).
+    """
+
+    def chat(messages: list[dict[str, Any]], response_format: dict[str, Any] | None) -> tuple[str, str | None]:
         extra = {"response_format": response_format} if response_format is not None else {}
         resp = client.chat.completions.create(model=model, messages=messages, temperature=temperature,
                                               max_tokens=max_tokens, **extra)
-        return resp.choices[0].message.content or ""
+        swarm = (resp.model_extra or {}).get("swarm") or {}
+        return resp.choices[0].message.content or "", swarm.get("step_id")
 
     return chat
 
@@ -114,6 +118,7 @@ class LLMPlayer:
         self.messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         self.backup = HeuristicPlayer(player, seed)
         self.calls = 0
+        self.steps: list[tuple[str, int, str]] = []  # (decision kind, round, gateway step id) per call
         self.llm_errors = 0
         self.exhausted = False
 
@@ -131,11 +136,13 @@ class LLMPlayer:
             history = self.messages
         schema = decision_schema(decision) if self.constrained else None
         try:
-            reply = self.chat([*history, user], schema)
+            reply, step_id = self.chat([*history, user], schema)
         except openai.BadRequestError:
             self.exhausted, self.llm_errors = True, self.llm_errors + 1
             return self.backup.act(decision)
         self.calls += 1
+        if step_id is not None:
+            self.steps.append((decision.kind, decision.round, step_id))
         if self.observation != "compact":
             self.messages += [user, {"role": "assistant", "content": reply}]
         if self.on_reply is not None:

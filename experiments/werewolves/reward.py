@@ -12,6 +12,9 @@
   shaping: the *fraction* of the player's day votes that named a member of the other side.
   A fraction, not a count, so a player who dies early earns nothing for it, and with
   ``vote_shaping <= 0.5`` a losing player never outscores a winning one without penalties.
+  Where the gateway told us the step of each vote, :func:`vote_step_rewards` gives every vote
+  step its own reward (the same formula with that one vote as the fraction), so the mean over
+  a player's vote steps is the player's reward and each vote gets its own credit.
 
 :func:`side_reward` averages the players of the trainable side for logging. These are plain
 functions of the game result; nothing here opens or ends episodes.
@@ -24,7 +27,8 @@ from collections.abc import Sequence
 
 from experiments.werewolves.game import GameResult, side_of
 
-__all__ = ["FORMAT_PENALTY", "MAX_PENALTY", "MAX_VOTE_SHAPING", "player_reward", "side_reward", "vote_record"]
+__all__ = ["FORMAT_PENALTY", "MAX_PENALTY", "MAX_VOTE_SHAPING", "player_reward", "side_reward", "vote_record",
+           "vote_step_rewards"]
 
 FORMAT_PENALTY = 0.1
 MAX_PENALTY = 0.5
@@ -72,3 +76,18 @@ def side_reward(result: GameResult, roles: Sequence[str], side: str, players: Se
     return {"reward": sum(p["reward"] for p in parts) / n, "win": float(won),
             "format_penalty": sum(p["format_penalty"] for p in parts) / n,
             "vote_bonus": sum(p["vote_bonus"] for p in parts) / n, "rounds": float(result.rounds)}
+
+
+def vote_step_rewards(result: GameResult, roles: Sequence[str], player: int, vote_steps: dict[int, str],
+                      vote_shaping: float) -> dict[str, float]:
+    """step id -> reward for ``player``'s vote steps (``vote_steps``: round -> step id); see the module docstring."""
+    won = result.winner == side_of(roles[player])
+    out: dict[str, float] = {}
+    for e in result.events:
+        if e.kind == "vote" and e.round in vote_steps:
+            for voter, target in _VOTE.findall(e.text.split(".")[0]):
+                if int(voter) == player:
+                    hit = int(side_of(roles[int(target)]) != side_of(roles[player]))
+                    out[vote_steps[e.round]] = player_reward(won, result.format_errors[player], 1, hit,
+                                                             vote_shaping)["reward"]
+    return out

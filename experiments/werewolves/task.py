@@ -20,7 +20,7 @@ from typing import Any
 from experiments.werewolves.game import MAX_ROUNDS, Action, Decision, Game, side_of
 from experiments.werewolves.heuristic import HeuristicPlayer
 from experiments.werewolves.llm_player import ALL_KINDS, LLMPlayer, openai_chat
-from experiments.werewolves.reward import MAX_VOTE_SHAPING, player_reward, side_reward, vote_record
+from experiments.werewolves.reward import MAX_VOTE_SHAPING, player_reward, side_reward, vote_record, vote_step_rewards
 
 __all__ = ["WerewolvesOptions", "run_multiagent", "HEARTBEAT_S"]
 
@@ -136,8 +136,12 @@ def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: An
         parts = player_reward(result.winner == side_of(roles[i]), result.format_errors[i], *votes.get(i, (0, 0)),
                               vote_shaping=shaping)
         player = agents[i]
-        ep.end(reward=parts.pop("reward"), **parts, rounds=float(result.rounds), calls=float(player.calls),
-               llm_errors=float(player.llm_errors), timeout=float(result.timeout))
+        steps = None
+        if shaping:
+            steps = vote_step_rewards(result, roles, i, {r: sid for k, r, sid in player.steps if k == "vote"}, shaping)
+        ep.end(reward=parts.pop("reward"), step_rewards=steps or None, **parts, rounds=float(result.rounds),
+               calls=float(player.calls), llm_errors=float(player.llm_errors), timeout=float(result.timeout),
+               **{f"win_{roles[i]}": parts["win"]})
     trainable = [i for i in episodes if side_of(roles[i]) == opts.trainable_side]
     out = side_reward(result, roles, opts.trainable_side, trainable, opts.vote_shaping)
     calls = sum(agents[i].calls for i in trainable)

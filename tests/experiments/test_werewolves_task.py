@@ -43,6 +43,7 @@ class FakeGateway:
         self.replies.setdefault(key, []).append(text)
         return httpx.Response(200, json={
             "id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+            "swarm": {"step_id": f"{key}-{len(self.requests[key])}"},
             "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]})
 
     def begin(self, **kw: Any) -> FakeEpisode:
@@ -55,6 +56,7 @@ class FakeEpisode:
     def __init__(self, gw: FakeGateway, key: str, kw: dict[str, Any]) -> None:
         self.gw, self.api_key, self.kw = gw, key, kw
         self.ended, self.aborted, self.reward, self.metrics = False, False, None, {}
+        self.step_rewards: dict[str, float] | None = None
 
     def openai(self, **kwargs: Any) -> openai.OpenAI:
         return openai.OpenAI(base_url="http://gw.test/v1", api_key=self.api_key,
@@ -63,8 +65,8 @@ class FakeEpisode:
     def heartbeat(self) -> None:
         pass
 
-    def end(self, reward: float | None = None, **metrics: Any) -> None:
-        self.ended, self.reward, self.metrics = True, reward, metrics
+    def end(self, reward: float | None = None, step_rewards: dict[str, float] | None = None, **metrics: Any) -> None:
+        self.ended, self.reward, self.metrics, self.step_rewards = True, reward, metrics, step_rewards
 
     def abort(self) -> None:
         self.ended = self.aborted = True
@@ -88,6 +90,10 @@ def test_default_village_seats_vote_through_constrained_compact_calls() -> None:
             assert req["response_format"]["json_schema"]["name"] == "vote"
             assert req["messages"][1]["content"].startswith(f"you: {ep.kw['metadata']['player']} ")
         assert ep.metrics["format_errors"] == 0.0 and ep.metrics["calls"] == len(gw.requests.get(ep.api_key, []))
+        if ep.metrics["calls"]:  # each vote step has its own shaped reward; their mean is the episode's
+            assert ep.step_rewards is not None and len(ep.step_rewards) == ep.metrics["calls"]
+            assert sum(ep.step_rewards.values()) / len(ep.step_rewards) == pytest.approx(ep.reward)
+            assert set(ep.step_rewards.values()) <= {parts["win"], parts["win"] + 0.5}
     assert {"reward", "win", "format_penalty", "vote_bonus", "rounds", "format_error_rate", "llm_calls"} <= set(parts)
     assert parts["format_penalty"] == 0.0 and parts["format_error_rate"] == 0.0 and parts["llm_calls"] > 0
 
