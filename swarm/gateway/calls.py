@@ -23,6 +23,7 @@ from swarm.gateway.openai_format import new_completion_id, normalize_tool_calls,
 from swarm.gateway.prefix import PreviousCall, PromptPlan, normalize_messages, plan_prompt
 from swarm.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from swarm.gateway.state import GatewayState
+from swarm.gateway.structured import chat_constraint, completion_constraint, top_logprobs
 from swarm.policy.base import GenerateRequest, Generation, SamplingParams
 from swarm.policy.toolcalls import TOOL_CALL_OPEN, split_tool_calls
 from swarm.records import Episode, Source, Step, new_id
@@ -30,15 +31,18 @@ from swarm.records import Episode, Source, Step, new_id
 __all__ = ["CallPlan", "prepare_chat", "prepare_completion", "generate", "store", "finalize"]
 
 
-def finalize(gens: list[Generation]) -> list[Generation]:
+def finalize(gens: list[Generation], tool_calls: bool = True) -> list[Generation]:
     """Generations whose ``text`` is the message content: parsed tool-call blocks removed.
 
     Backends may return the full sampled text (markup included) next to the parsed calls; the
     client sees, and the step stores, the content without the blocks (the ids keep everything).
+    ``tool_calls=False`` (``tool_choice: "none"``): no calls are reported, the text stays as sampled.
     """
     out = []
     for g in gens:
-        if g.tool_calls and TOOL_CALL_OPEN in (g.text or ""):
+        if not tool_calls:
+            g = dataclasses.replace(g, tool_calls=[]) if g.tool_calls else g
+        elif g.tool_calls and TOOL_CALL_OPEN in (g.text or ""):
             g = dataclasses.replace(g, text=split_tool_calls(g.text)[0])
         out.append(g)
     return out
@@ -55,6 +59,7 @@ class CallPlan:
     cid: str
     created: int
     include_usage: bool = False
+    tool_calls: bool = True  # False with tool_choice "none": replies are content only
     t0: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -136,6 +141,8 @@ async def prepare_chat(state: GatewayState, caller: Caller, body: ChatCompletion
     max_tokens = _max_tokens(state, body.max_completion_tokens or body.max_tokens, param, context)
     messages = _messages(body)
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+    constraint = chat_constraint(state, policy, body.response_format, body.tool_choice, tools)
+    top = top_logprobs(state, body.top_logprobs, bool(body.logprobs))
     t0 = time.perf_counter()
     episode = await state.open_episode(caller)
     candidates = await _candidates(state, episode.episode_id)
@@ -146,12 +153,13 @@ async def prepare_chat(state: GatewayState, caller: Caller, body: ChatCompletion
     except Exception as exc:  # a chat template refusing these messages is the request's fault
         raise ApiError(400, f"the chat template cannot render these messages: {type(exc).__name__}: {exc}",
                        param="messages", code="template_error") from exc
-    sampling = _sampling(state, body, max_tokens, len(plan.prompt_ids), context)
+    sampling = dataclasses.replace(_sampling(state, body, max_tokens, len(plan.prompt_ids), context), top_logprobs=top)
     request = GenerateRequest(policy=policy, messages=messages, tools=tools, prompt_ids=plan.prompt_ids,
-                              sampling=sampling)
+                              sampling=sampling, constraint=constraint)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return CallPlan("chat", episode, policy, request, plan, bool(body.logprobs), new_completion_id("chatcmpl"),
-                    now_s(), include_usage, t0=t0, timings={"prepare_s": time.perf_counter() - t0})
+                    now_s(), include_usage, tool_calls=body.tool_choice != "none", t0=t0,
+                    timings={"prepare_s": time.perf_counter() - t0})
 
 
 async def prepare_completion(state: GatewayState, caller: Caller, body: CompletionRequest) -> CallPlan:
@@ -162,6 +170,8 @@ async def prepare_completion(state: GatewayState, caller: Caller, body: Completi
         raise ApiError(400, "echo=true is not supported", param="echo", code="unsupported_parameter")
     if body.suffix:
         raise ApiError(400, "suffix is not supported", param="suffix", code="unsupported_parameter")
+    constraint = completion_constraint(state, body.model_extra)
+    top = top_logprobs(state, body.logprobs, body.logprobs is not None, param="logprobs")
     t0 = time.perf_counter()
     prompt = body.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
@@ -177,8 +187,8 @@ async def prepare_completion(state: GatewayState, caller: Caller, body: Completi
     if not ids:
         raise ApiError(400, "prompt is empty", param="prompt", code="invalid_value")
     plan = PromptPlan(ids, None, None, "completion prompt")
-    sampling = _sampling(state, body, max_tokens, len(ids), context)
-    request = GenerateRequest(policy=policy, prompt_ids=ids, sampling=sampling)
+    sampling = dataclasses.replace(_sampling(state, body, max_tokens, len(ids), context), top_logprobs=top)
+    request = GenerateRequest(policy=policy, prompt_ids=ids, sampling=sampling, constraint=constraint)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return CallPlan("completion", episode, policy, request, plan, body.logprobs is not None,
                     new_completion_id("cmpl"), now_s(), include_usage, t0=t0,
@@ -197,7 +207,7 @@ async def generate(state: GatewayState, plan: CallPlan) -> list[Generation]:
     plan.timings["generate_s"] = time.perf_counter() - t
     if not gens:
         raise ApiError(502, "the inference backend returned no completion", type="backend_error", code="backend_error")
-    return finalize(gens)
+    return finalize(gens, plan.tool_calls)
 
 
 def _steps(plan: CallPlan, gens: list[Generation], base_index: int, parent: str | None) -> list[Step]:
@@ -218,6 +228,10 @@ def _steps(plan: CallPlan, gens: list[Generation], base_index: int, parent: str 
             meta["tools"] = req.tools
         if plan.prompt.template_mismatch:
             meta["template_mismatch"] = True
+        if g.constraint is not None:  # the grammar it was sampled under: the trainer replays its masks
+            meta["constraint"] = g.constraint
+        elif req.constraint is not None:  # a server enforced it with its own masks: recorded, not replayable
+            meta["constraint"] = {**req.constraint.to_record(), "library": "enforced by the serving backend"}
         steps.append(Step(
             step_id=ids[i],
             episode_id=ep.episode_id,

@@ -64,7 +64,8 @@ def from_swarm_error(exc: SwarmError) -> ApiError:
     if isinstance(exc, ValidationError):
         status = 400  # OpenAI answers invalid requests with 400, whoever noticed
     code = exc.context.get("code") if isinstance(exc.context.get("code"), str) else None
-    return ApiError(status, str(exc), code=code, type=exc.error_type)
+    param = exc.context.get("param") if isinstance(exc.context.get("param"), str) else None
+    return ApiError(status, str(exc), code=code, param=param, type=exc.error_type)
 
 
 def _loc(loc: tuple[Any, ...] | list[Any]) -> str | None:

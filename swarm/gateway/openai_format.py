@@ -1,7 +1,8 @@
 """OpenAI response shapes: chat completions, completions, stream chunks, logprobs, usage.
 
 Pure functions from backend :class:`~swarm.policy.base.Generation` objects to JSON-ready dicts.
-``top_logprobs`` lists are always empty: backends report only the sampled token's logprob.
+``top_logprobs`` are filled from the backend's ``(token id, logprob)`` pairs when it reported
+them (``SamplingParams.top_logprobs``), else empty.
 This module does not store, validate requests or talk to the backend beyond ``decode``.
 """
 
@@ -44,20 +45,29 @@ def _token_strings(backend: PolicyBackend, policy: str, ids: list[int]) -> list[
     return [backend.decode(policy, [t]) for t in ids]
 
 
-def chat_logprobs(backend: PolicyBackend, policy: str, ids: list[int], lps: list[float] | None) -> dict[str, Any] | None:
+def _tops(backend: PolicyBackend, policy: str, tops: list[list[tuple[int, float]]] | None, n: int) -> list[list]:
+    if not tops:
+        return [[] for _ in range(n)]
+    return [[(backend.decode(policy, [t]), lp) for t, lp in row] for row in tops]
+
+
+def chat_logprobs(backend: PolicyBackend, policy: str, ids: list[int], lps: list[float] | None,
+                  tops: list[list[tuple[int, float]]] | None = None) -> dict[str, Any] | None:
     if lps is None:
         return None
+    alts = _tops(backend, policy, tops, len(ids))
     return {
         "content": [
-            {"token": tok, "logprob": lp, "bytes": list(tok.encode("utf-8")), "top_logprobs": []}
-            for tok, lp in zip(_token_strings(backend, policy, ids), lps, strict=False)
+            {"token": tok, "logprob": lp, "bytes": list(tok.encode("utf-8")),
+             "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode("utf-8"))} for t, v in alt]}
+            for tok, lp, alt in zip(_token_strings(backend, policy, ids), lps, alts, strict=False)
         ],
         "refusal": None,
     }
 
 
 def completion_logprobs(backend: PolicyBackend, policy: str, ids: list[int], lps: list[float] | None,
-                        offset: int = 0) -> dict[str, Any] | None:
+                        offset: int = 0, tops: list[list[tuple[int, float]]] | None = None) -> dict[str, Any] | None:
     if lps is None:
         return None
     toks = _token_strings(backend, policy, ids)
@@ -65,7 +75,8 @@ def completion_logprobs(backend: PolicyBackend, policy: str, ids: list[int], lps
     for t in toks:
         offsets.append(pos)
         pos += len(t)
-    return {"tokens": toks, "token_logprobs": list(lps), "top_logprobs": None, "text_offset": offsets}
+    top = None if not tops else [dict(row) for row in _tops(backend, policy, tops, len(ids))]
+    return {"tokens": toks, "token_logprobs": list(lps), "top_logprobs": top, "text_offset": offsets}
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:

@@ -37,6 +37,10 @@ async def submit_steps(body: StepsSubmit, caller: Caller = Depends(episode_calle
         if s.episode_id is not None and s.episode_id != ep.episode_id:
             raise ApiError(403, f"steps[{i}].episode_id is not the episode of this api key", code="wrong_episode",
                            param=f"steps.{i}.episode_id")
+        if "constraint" in s.metadata:  # the trainer replays it: only the gateway's own sampling records one
+            raise ApiError(400, f"steps[{i}].metadata.constraint is recorded by the gateway for constrained calls; "
+                           "white-box steps cannot declare one", param=f"steps.{i}.metadata.constraint",
+                           code="invalid_value")
     async with state.episode_lock(ep.episode_id):
         known: dict[str, Step] = {}
         for s in body.steps:

@@ -58,8 +58,8 @@ async def chat_completions(body: ChatCompletionRequest, caller: Caller = Depends
                                  headers=_SSE_HEADERS)
     gens = await generate(state, plan)
     steps = await store(state, plan, gens)
-    lps = [chat_logprobs(state.backend, plan.policy, g.response_ids, g.logprobs) if plan.want_logprobs else None
-           for g in gens]
+    lps = [chat_logprobs(state.backend, plan.policy, g.response_ids, g.logprobs, g.top_logprobs)
+           if plan.want_logprobs else None for g in gens]
     return JSONResponse(chat_response(plan.cid, plan.created, plan.policy, gens, [s.tool_calls for s in steps], lps,
                                       _swarm(plan, steps)))
 
@@ -75,6 +75,6 @@ async def completions(body: CompletionRequest, caller: Caller = Depends(episode_
                                  headers=_SSE_HEADERS)
     gens = await generate(state, plan)
     steps = await store(state, plan, gens)
-    lps = [completion_logprobs(state.backend, plan.policy, g.response_ids, g.logprobs) if plan.want_logprobs else None
-           for g in gens]
+    lps = [completion_logprobs(state.backend, plan.policy, g.response_ids, g.logprobs, tops=g.top_logprobs)
+           if plan.want_logprobs else None for g in gens]
     return JSONResponse(completion_response(plan.cid, plan.created, plan.policy, gens, lps, _swarm(plan, steps)))

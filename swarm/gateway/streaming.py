@@ -126,7 +126,7 @@ async def chat_events(state: GatewayState, plan: CallPlan, first: Any, it: Async
         async for item in _items(first, it):
             if isinstance(item, TokenDelta):
                 text = holds[item.index].push(item.text) if 0 <= item.index < n else ""
-                lp = (chat_logprobs(state.backend, model, item.token_ids, item.logprobs)
+                lp = (chat_logprobs(state.backend, model, item.token_ids, item.logprobs, item.top_logprobs)
                       if plan.want_logprobs else None)
                 if text or lp:
                     yield _sse(chat_chunk(cid, created, model, [
@@ -135,7 +135,7 @@ async def chat_events(state: GatewayState, plan: CallPlan, first: Any, it: Async
                 gens.append(item)
         if len(gens) != n:
             raise ApiError(502, f"the backend finished {len(gens)} of {n} samples", type="backend_error")
-        gens = finalize(gens)
+        gens = finalize(gens, plan.tool_calls)
         steps = await store(state, plan, gens)
         for i, (g, s) in enumerate(zip(gens, steps, strict=True)):
             content = g.text or ""
@@ -169,8 +169,8 @@ async def completion_events(state: GatewayState, plan: CallPlan, first: Any,
     try:
         async for item in _items(first, it):
             if isinstance(item, TokenDelta):
-                lp = (completion_logprobs(state.backend, model, item.token_ids, item.logprobs)
-                      if plan.want_logprobs else None)
+                lp = (completion_logprobs(state.backend, model, item.token_ids, item.logprobs,
+                                          tops=item.top_logprobs) if plan.want_logprobs else None)
                 if 0 <= item.index < n:
                     sent[item.index] += item.text
                 if item.text or lp:

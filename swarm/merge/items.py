@@ -10,7 +10,8 @@ and holds no tensors.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from swarm.errors import ValidationError
 from swarm.records import Step
@@ -23,7 +24,9 @@ class TrainSeq:
     """One step to train on: its response tokens are the trainable targets.
 
     ``behaviour_logprobs`` may be ``None`` (a source that recorded none); the loss then treats
-    the step as on-policy (behaviour = the current policy, detached).
+    the step as on-policy (behaviour = the current policy, detached). ``constraint``: the grammar
+    record the response was sampled under (``Step.metadata["constraint"]``), None for free text;
+    the trainer scores those tokens under the same masks (``swarm.train.constraint``).
     """
 
     step_id: str
@@ -33,6 +36,7 @@ class TrainSeq:
     advantage: float = 0.0
     episode_id: str = ""
     policy_version: int = 0
+    constraint: dict[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompt_ids", tuple(int(t) for t in self.prompt_ids))
@@ -74,4 +78,5 @@ class TrainSeq:
             advantage=float(advantage),
             episode_id=step.episode_id,
             policy_version=step.policy_version,
+            constraint=step.metadata.get("constraint"),
         )

@@ -6,7 +6,8 @@ own temperature, top_p and seeded ``torch.Generator``, so a row's tokens do not 
 else is in the batch (up to float rounding of the batched matmuls). Text is decoded incrementally:
 a row only emits text that can no longer change (no trailing partial UTF-8 character, no suffix
 that could still grow into a stop string), so the streamed pieces always concatenate to the final
-text.
+text. A row with a grammar (``Row.mask``, ``swarm.policy.constraint``) samples from its logits with
+the disallowed tokens at ``-inf``, and records the logprob under that masked distribution.
 
 Runs in the backend's worker thread; knows nothing of asyncio, queues or adapters.
 """
@@ -35,8 +36,10 @@ class Row:
     sampling: SamplingParams
     generator: torch.Generator
     owner: Any = None  # the request job this row belongs to
+    mask: Any = None  # a constraint.TokenMask: the grammar this row's reply must follow
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    top: list[list[tuple[int, float]]] = field(default_factory=list)  # when sampling.top_logprobs > 0
     text: str = ""  # current full text (without eos, cut at a stop string)
     emitted: str = ""  # text already handed out as deltas
     finish_reason: str | None = None
@@ -77,6 +80,20 @@ def _update_text(row: Row, tokenizer: Any, eos_ids: set[int]) -> str:
     delta = stable[len(row.emitted) :]
     row.emitted = stable
     return delta
+
+
+def _masked(logits: torch.Tensor, mask: Any) -> torch.Tensor:
+    """Logits with the tokens the grammar forbids next at ``-inf``."""
+    allowed = mask.allowed()
+    if not bool(allowed.any()):
+        raise RuntimeError("the grammar allows no next token")
+    return logits.masked_fill(~allowed, float("-inf"))
+
+
+def _top(logp: torch.Tensor, k: int) -> list[tuple[int, float]]:
+    """The ``k`` most likely tokens of a processed distribution (never one it cannot sample)."""
+    vals, idx = logp.topk(min(k, logp.numel()))
+    return [(int(i), float(v)) for v, i in zip(vals.tolist(), idx.tolist(), strict=True) if v > float("-inf")]
 
 
 def _cache_of(out: Any) -> Any:
@@ -121,11 +138,16 @@ def decode_batch(
             if r.done:
                 continue
             s = r.sampling
-            logp = processed_logprobs(logits[b], s.temperature, s.top_p)
+            row_logits = logits[b] if r.mask is None else _masked(logits[b], r.mask)
+            logp = processed_logprobs(row_logits, s.temperature, s.top_p)
             tok = sample_from(logp, s.temperature, r.generator)
+            if r.mask is not None and not r.mask.accept(tok):
+                raise RuntimeError(f"sampled token {tok} outside the grammar's mask")
             chosen[b] = tok
             r.ids.append(tok)
             r.logprobs.append(float(logp[tok]))
+            if s.top_logprobs > 0:
+                r.top.append(_top(logp, s.top_logprobs))
             if tok in eos_ids:
                 r.finish_reason = "stop"
             delta = _update_text(r, tokenizer, eos_ids)  # may set finish_reason on a stop string

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from swarm.policy.constraint import Constraint
 
 __all__ = ["SamplingParams", "GenerateRequest", "Generation", "TokenDelta", "PolicyBackend", "VersionTable"]
 
@@ -25,22 +28,33 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     n: int = 1
+    top_logprobs: int = 0  # also report this many most likely tokens per position (of the sampled distribution)
 
 
 @dataclass
 class GenerateRequest:
-    """Either ``messages`` (+ ``tools``) rendered with the policy's chat template, or ``prompt_ids``."""
+    """Either ``messages`` (+ ``tools``) rendered with the policy's chat template, or ``prompt_ids``.
+
+    ``constraint``: what the reply must match (``swarm.policy.constraint``); a backend that cannot
+    enforce it refuses the request (ValidationError naming the constraint's ``param``).
+    """
 
     policy: str
     messages: list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
     prompt_ids: list[int] | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    constraint: Constraint | None = None
 
 
 @dataclass
 class Generation:
-    """One sampled completion with the exact tokens and logprobs."""
+    """One sampled completion with the exact tokens and logprobs.
+
+    ``constraint``: the record of the grammar it was sampled under (``Grammars.record``), which the
+    step stores so the trainer can replay the masks; ``top_logprobs``: per position, the
+    ``(token id, logprob)`` pairs asked for with ``SamplingParams.top_logprobs``.
+    """
 
     prompt_ids: list[int]
     response_ids: list[int]
@@ -49,6 +63,8 @@ class Generation:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str = "stop"
     policy_version: int = 0
+    constraint: dict[str, Any] | None = None
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
 
 @dataclass
@@ -59,6 +75,7 @@ class TokenDelta:
     token_ids: list[int]
     logprobs: list[float] | None
     text: str
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
 
 @runtime_checkable

@@ -123,6 +123,15 @@ class FleetBackend:
     def replicas(self) -> list[Replica]:
         return list(self._replicas)
 
+    @property
+    def supports_constraints(self) -> bool:
+        """Structured outputs only when every replica enforces them."""
+        return all(getattr(r.backend, "supports_constraints", False) for r in self._replicas)
+
+    @property
+    def max_top_logprobs(self) -> int:
+        return min(int(getattr(r.backend, "max_top_logprobs", 0)) for r in self._replicas)
+
     def policies(self) -> list[str]:
         return list(self._policies)
 

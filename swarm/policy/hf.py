@@ -3,7 +3,9 @@
 Requests go into a thread-safe queue. One worker thread takes what arrives within
 ``batch_wait_ms`` (up to ``max_batch_size`` samples, same policy only) and decodes it as one
 batch with its own sampling loop (``_decode.py``), so the recorded logprobs are exactly those of
-the distribution sampled from (``sampling.py``). Tokens reach the caller as they are sampled,
+the distribution sampled from (``sampling.py``); under a ``response_format`` / ``tool_choice``
+constraint that distribution is the grammar-masked one (``constraint.py``), and each
+:class:`Generation` carries the constraint record the trainer replays. Tokens reach the caller as they are sampled,
 through an ``asyncio.Queue`` on the caller's loop, so the event loop is never blocked.
 
 Policies share one base model. A policy with a LoRA config gets its own peft adapter (selected
@@ -35,6 +37,7 @@ from swarm.errors import BackendError, ConflictError, ContextLengthError, Valida
 from swarm.policy._decode import Row, decode_batch
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
 from swarm.policy.chat import LocalTokenizer
+from swarm.policy.constraint import Grammars
 from swarm.policy.lora import DEFAULT_LORA, attach_adapters, get_adapter_state, load_adapter_state, load_base_state
 from swarm.policy.tiny import load_template
 from swarm.policy.toolcalls import parse_tool_calls
@@ -72,6 +75,9 @@ class HFBackend(LocalTokenizer, VersionTable):
     ``.model`` (the peft model, or the base model when no policy has an adapter), ``.base_model``
     and ``.tokenizer`` are the live objects, for a trainer in the same process.
     """
+
+    supports_constraints = True  # response_format / tool_choice: grammar-masked sampling (constraint.py)
+    max_top_logprobs = 20
 
     def __init__(
         self,
@@ -131,6 +137,7 @@ class HFBackend(LocalTokenizer, VersionTable):
         self._worker: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._rng = random.SystemRandom()
+        self._grammars: Grammars | None = None
         self.stats = {"batches": 0, "rows": 0, "tokens": 0}  # cumulative, for monitoring and tests
 
     # ----------------------------------------------------------------------------- setup
@@ -203,6 +210,13 @@ class HFBackend(LocalTokenizer, VersionTable):
             raise ValidationError(f"prompt_ids: token ids must be in [0, {vocab})", policy=request.policy)
         return ids
 
+    def grammars(self) -> Grammars:
+        """The compiled-grammar cache over this backend's tokenizer, logits width and stop tokens."""
+        if self._grammars is None:
+            width = self.base_model.get_output_embeddings().out_features
+            self._grammars = Grammars(self.tokenizer, width, self.eos_ids)
+        return self._grammars
+
     def _submit(self, request: GenerateRequest) -> _Job:
         s = request.sampling
         if s.n < 1 or s.max_tokens < 1:
@@ -217,8 +231,10 @@ class HFBackend(LocalTokenizer, VersionTable):
                 policy=request.policy,
             )
         seed = s.seed if s.seed is not None else self._rng.getrandbits(62)
+        c = request.constraint
         rows = [
-            Row(index=i, prompt_ids=ids, sampling=s, generator=torch.Generator().manual_seed(int(seed) + i))
+            Row(index=i, prompt_ids=ids, sampling=s, generator=torch.Generator().manual_seed(int(seed) + i),
+                mask=None if c is None else self.grammars().matcher(c))
             for i in range(s.n)
         ]
         job = _Job(request, ids, rows, asyncio.get_running_loop(), asyncio.Queue(), remaining=s.n)
@@ -354,10 +370,13 @@ class HFBackend(LocalTokenizer, VersionTable):
 
         def on_token(row: Row, tok: int, lp: float, text: str) -> None:
             self.stats["tokens"] += 1
-            self._send(row.owner, TokenDelta(index=row.index, token_ids=[tok], logprobs=[lp], text=text))
+            top = [row.top[-1]] if row.sampling.top_logprobs > 0 else None
+            self._send(row.owner, TokenDelta(index=row.index, token_ids=[tok], logprobs=[lp], text=text,
+                                             top_logprobs=top))
 
         def on_finish(row: Row) -> None:
             job: _Job = row.owner
+            c = job.request.constraint
             job.finals[row.index] = Generation(
                 prompt_ids=list(job.prompt_ids),
                 response_ids=list(row.ids),
@@ -366,6 +385,8 @@ class HFBackend(LocalTokenizer, VersionTable):
                 tool_calls=parse_tool_calls(row.text),
                 finish_reason=row.finish_reason or "stop",
                 policy_version=job.version,
+                constraint=None if c is None else self.grammars().record(c),
+                top_logprobs=[list(t) for t in row.top] if row.sampling.top_logprobs > 0 else None,
             )
             job.remaining -= 1
             if job.remaining == 0:

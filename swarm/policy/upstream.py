@@ -7,6 +7,9 @@ from ``token_id:<n>`` token strings or ``token_ids`` / ``prompt_token_ids`` fiel
 the server returns none, the ids are empty and the logprobs ``None``: such steps are fine for
 evaluation and opponents, not for training.
 
+``response_format`` / ``tool_choice`` constraints are passed on in OpenAI's form for the server to
+enforce; the step records the constraint, but the trainer cannot replay a server's own masks.
+
 It does not train: the version is always 0 and ``load_weights`` raises. It has no tokenizer
 unless ``tokenizer_path`` is given, so ``render_chat`` / ``encode`` / ``decode`` raise without one.
 """
@@ -67,6 +70,8 @@ class UpstreamBackend(LocalTokenizer):
     None; or a dict ``name -> upstream model id``). ``extra_body`` is merged into every request
     (e.g. ``{"return_token_ids": True}`` for vLLM). ``logprobs=False`` for servers that reject it.
     """
+
+    supports_constraints = True  # passed on to the server (see _body)
 
     def __init__(
         self,
@@ -137,6 +142,8 @@ class UpstreamBackend(LocalTokenizer):
                 body["tools"] = request.tools
             if self._logprobs:
                 body["logprobs"] = True
+            if request.constraint is not None:  # OpenAI's own fields: the server enforces them
+                body.update(request.constraint.openai_fields())
             return "/chat/completions", body
         if request.prompt_ids is None:
             from swarm.errors import ValidationError
@@ -145,6 +152,13 @@ class UpstreamBackend(LocalTokenizer):
         body["prompt"] = list(request.prompt_ids)
         if self._logprobs:
             body["logprobs"] = 1
+        if request.constraint is not None:
+            fields = request.constraint.openai_fields()
+            if "response_format" not in fields:
+                from swarm.errors import ValidationError
+
+                raise ValidationError("tool_choice needs a chat request on the upstream backend", param="tool_choice")
+            body.update(fields)  # /v1/completions + response_format: vLLM and SGLang accept it
         return "/completions", body
 
     async def generate(self, request: GenerateRequest) -> list[Generation]:

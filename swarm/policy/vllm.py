@@ -31,6 +31,7 @@ from swarm.errors import BackendError, ConflictError, ContextLengthError, Valida
 from swarm.policy._http import backend_error, post_json, raise_for_status, sse_events, token_id
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
 from swarm.policy.chat import LocalTokenizer
+from swarm.policy.constraint import Grammars
 from swarm.policy.toolcalls import parse_tool_calls
 
 __all__ = ["VLLMBackend"]
@@ -50,6 +51,19 @@ def _choice_tokens(ch: dict[str, Any]) -> tuple[list[int], list[float] | None]:
     return list(ids), lps
 
 
+def _choice_tops(ch: dict[str, Any], k: int) -> list[list[tuple[int, float]]] | None:
+    """The ``k`` most likely tokens per position from vLLM's ``top_logprobs`` (``token_id:<n>`` keys)."""
+    if k <= 0:
+        return None
+    rows = []
+    for d in (ch.get("logprobs") or {}).get("top_logprobs") or []:
+        pairs = [(token_id(t), float(v)) for t, v in (d or {}).items()]
+        if any(t is None for t, _ in pairs):
+            raise BackendError("vllm returned top_logprobs without token ids")
+        rows.append(sorted(pairs, key=lambda p: -p[1])[:k])
+    return rows
+
+
 class VLLMBackend(LocalTokenizer, VersionTable):
     """Client of a ``vllm serve`` server implementing :class:`~swarm.policy.base.PolicyBackend`.
 
@@ -58,6 +72,9 @@ class VLLMBackend(LocalTokenizer, VersionTable):
     keys ``r``, ``alpha``, ``target_modules``). ``tokenizer_path``: local HF tokenizer (default
     ``model``). ``adapter_dir``: where adapters are written for the server to read.
     """
+
+    supports_constraints = True  # sent as vLLM structured outputs (the grammar itself, see _prepare)
+    max_top_logprobs = 20
 
     def __init__(
         self,
@@ -103,6 +120,7 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         self._inflight: dict[str, int] = {}
         self._retired: set[str] = set()  # adapters to unload when their last request ends
         self._lock = threading.Lock()
+        self._grammars: Grammars | None = None
 
     # ----------------------------------------------------------------------------- info
     def served_model(self, policy: str) -> str:
@@ -157,7 +175,7 @@ class VLLMBackend(LocalTokenizer, VersionTable):
             "top_p": s.top_p,
             "top_k": -1,  # no hidden top-k: the recorded logprobs must describe the whole sampler
             "n": s.n,
-            "logprobs": 1,
+            "logprobs": max(1, s.top_logprobs),
             "return_tokens_as_token_ids": True,
             "return_token_ids": True,
             "skip_special_tokens": False,
@@ -169,7 +187,19 @@ class VLLMBackend(LocalTokenizer, VersionTable):
             body["seed"] = s.seed
         if stream:
             body["stream"] = True
+        if request.constraint is not None:
+            # vLLM's structured outputs on /v1/completions: `structured_outputs: {"grammar": ...}`
+            # (StructuredOutputsParams in vllm/sampling_params.py; CompletionRequest.structured_outputs in
+            # vllm/entrypoints/openai/completion/protocol.py, vllm-project/vllm@d5dba2d7, the 0.3x API). We send
+            # the exact xgrammar grammar the trainer replays, not the schema, so both build the same masks.
+            body["structured_outputs"] = {"grammar": self.grammars().ebnf(request.constraint)}
         return ids, body
+
+    def grammars(self) -> Grammars:
+        """Grammars over this backend's tokenizer (for the request's EBNF and the step's replay record)."""
+        if self._grammars is None:
+            self._grammars = Grammars(self.tokenizer, len(self.tokenizer), [self.tokenizer.eos_token_id])
+        return self._grammars
 
     def _acquire(self, policy: str) -> tuple[str, int]:
         with self._lock:
@@ -195,11 +225,16 @@ class VLLMBackend(LocalTokenizer, VersionTable):
             raise ConflictError(f"vllm served {got!r} instead of {name!r}", policy=policy)
 
     def _generation(
-        self, prompt_ids: list[int], ids: list[int], lps: Any, text: str, finish: Any, v: int
+        self, prompt_ids: list[int], ids: list[int], lps: Any, text: str, finish: Any, v: int,
+        request: GenerateRequest | None = None, tops: list[list[tuple[int, float]]] | None = None,
     ) -> Generation:
         if lps is not None and len(lps) != len(ids):
             raise BackendError(f"vllm returned {len(ids)} token ids but {len(lps)} logprobs")
+        c = None if request is None else request.constraint
+        k = 0 if request is None else request.sampling.top_logprobs
         return Generation(
+            constraint=None if c is None else self.grammars().record(c),
+            top_logprobs=tops if k > 0 else None,
             prompt_ids=list(prompt_ids),
             response_ids=ids,
             logprobs=lps,
@@ -218,9 +253,8 @@ class VLLMBackend(LocalTokenizer, VersionTable):
             gens = []
             for ch in sorted(data.get("choices") or [], key=lambda c: c.get("index", 0)):
                 ids, lps = _choice_tokens(ch)
-                gens.append(
-                    self._generation(prompt_ids, ids, lps, ch.get("text") or "", ch.get("finish_reason"), version)
-                )
+                gens.append(self._generation(prompt_ids, ids, lps, ch.get("text") or "", ch.get("finish_reason"),
+                                             version, request, _choice_tops(ch, request.sampling.top_logprobs)))
             if len(gens) != request.sampling.n:
                 raise BackendError(f"vllm returned {len(gens)} choices, expected {request.sampling.n}")
             return gens
@@ -236,18 +270,21 @@ class VLLMBackend(LocalTokenizer, VersionTable):
                 self._check_served(event, name, request.policy)
                 for ch in event.get("choices") or []:
                     i = int(ch.get("index", 0))
-                    a = acc.setdefault(i, {"text": "", "ids": [], "lps": [], "finish": None})
+                    a = acc.setdefault(i, {"text": "", "ids": [], "lps": [], "tops": [], "finish": None})
                     ids, lps = _choice_tokens(ch)
+                    tops = _choice_tops(ch, request.sampling.top_logprobs)
+                    a["tops"] += tops or []
                     text = ch.get("text") or ""
                     a["text"] += text
                     a["ids"] += ids
                     a["lps"] += lps or []
                     a["finish"] = ch.get("finish_reason") or a["finish"]
                     if ids or text:
-                        yield TokenDelta(index=i, token_ids=ids, logprobs=lps, text=text)
+                        yield TokenDelta(index=i, token_ids=ids, logprobs=lps, text=text, top_logprobs=tops)
             for i in sorted(acc):
                 a = acc[i]
-                yield self._generation(prompt_ids, a["ids"], a["lps"], a["text"], a["finish"], version)
+                yield self._generation(prompt_ids, a["ids"], a["lps"], a["text"], a["finish"], version, request,
+                                       a["tops"])
         finally:
             await self._release(name)
 

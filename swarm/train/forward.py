@@ -3,7 +3,9 @@
 Calls the model's decoder (``get_decoder()``) directly with the tree mask and depth position
 ids, then applies the LM head only at the *predicting* positions (each distinct one once), so
 the full ``(B, L, vocab)`` logits are never materialised. Logits are divided by the sampling
-temperature before the softmax, so logprobs match what the backend sampled from.
+temperature before the softmax, so logprobs match what the backend sampled from; targets sampled
+under a grammar (``allowed``, see ``swarm.train.constraint``) are normalised over the tokens the
+grammar allowed there, as the backend's masked sampling was.
 
 Works for peft-wrapped models (LoRA layers live inside the decoder) and plain ones. The mask is
 boolean for SDPA, additive float for other attention implementations; flash-attention kernels
@@ -34,8 +36,12 @@ def target_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     block_size: int | None = 128,
+    allowed: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-target logprobs ``(T,)`` (with grad if enabled) and, optionally, entropies (no grad).
+
+    ``allowed``: ``(target indices (K,), bool rows (K, vocab))``; those targets' softmax runs over
+    the allowed tokens only (the constrained-decoding mask they were sampled under).
 
     ``block_size``: masked rows on an SDPA model use block-sparse tree attention with query
     blocks of this size (``tree_attention``); None runs the dense mask through plain SDPA.
@@ -77,4 +83,14 @@ def target_logprobs(
         with torch.no_grad():
             probs = torch.softmax(logits, dim=-1)
             entropy = (logz - (probs * logits).sum(-1))[inverse]
+    if allowed is not None:
+        sel, ok = allowed[0].to(device), allowed[1].to(device)
+        if ok.shape[-1] < logits.shape[-1]:  # ids past the tokenizer's vocabulary are never allowed
+            ok = torch.nn.functional.pad(ok, (0, logits.shape[-1] - ok.shape[-1]), value=False)
+        masked = logits[inverse[sel]].masked_fill(~ok, float("-inf"))
+        mlogp = torch.log_softmax(masked, dim=-1)
+        logp = logp.index_put((sel,), mlogp.gather(1, col.target_ids.to(device)[sel].unsqueeze(1)).squeeze(1))
+        if entropy is not None:
+            with torch.no_grad():
+                entropy[sel] = -torch.special.xlogy(mlogp.exp(), mlogp.exp()).sum(-1)
     return logp, entropy

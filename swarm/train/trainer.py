@@ -33,6 +33,7 @@ from swarm.train import distributed
 from swarm.train.advantages import advantage_stats
 from swarm.train.checkpoint import commit_checkpoint, load_latest_checkpoint
 from swarm.train.config import TrainConfig
+from swarm.train.constraint import ConstraintReplay, target_allowed
 from swarm.train.forward import target_logprobs
 from swarm.train.losses import item_token_weights, k3_kl, ppo_clip_loss
 from swarm.train.publish import adapter_state, is_peft, save_adapter
@@ -44,7 +45,8 @@ class Trainer:
     """One policy's trainer. ``backend`` is anything with ``load_weights(policy, state, version)``.
 
     ``device`` moves the model (and ``ref_model``) there, e.g. ``"cuda:0"``; None leaves them
-    where they are. Under torch.distributed the trainable weights start as rank 0's.
+    where they are. ``tokenizer`` (an HF tokenizer or its path; default the backend's) replays the
+    grammar of constrained steps so they are scored under their sampling masks. Under torch.distributed the trainable weights start as rank 0's.
     """
 
     def __init__(
@@ -58,8 +60,11 @@ class Trainer:
         ref_model: torch.nn.Module | None = None,
         version: int | None = None,
         device: str | torch.device | None = None,
+        tokenizer: Any = None,
     ) -> None:
         self.config = config or TrainConfig()
+        tokenizer = tokenizer if tokenizer is not None else getattr(backend, "tokenizer", None)
+        self.constraints = None if tokenizer is None else ConstraintReplay(tokenizer)
         self.policy = policy
         self.backend = backend
         self.out_dir = Path(out_dir) if out_dir is not None else None
@@ -104,6 +109,7 @@ class Trainer:
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
+        kwargs.setdefault("tokenizer", str(model_path))
         return cls(model, config, device=device, **kwargs)
 
     # -- the update ---------------------------------------------------------------------------
@@ -152,6 +158,7 @@ class Trainer:
             if it.behaviour_logprobs is not None and it.response_ids:
                 beh[i, : len(it.response_ids)] = torch.tensor(it.behaviour_logprobs)
         beh = beh.to(dev)
+        masks = self._constraint_masks(items)
 
         self.model.train()
         sums = {k: 0.0 for k in ("loss", "pg", "kl_ref", "clipped", "approx_kl", "entropy", "ratio", "tis")}
@@ -162,7 +169,8 @@ class Trainer:
             if col.target_ids.numel() == 0:
                 continue
             t1 = time.perf_counter()
-            logp, ent = target_logprobs(self.model, col, cfg.temperature, with_entropy=True)
+            allowed = target_allowed(masks, col)
+            logp, ent = target_logprobs(self.model, col, cfg.temperature, with_entropy=True, allowed=allowed)
             item, offset = col.target_item.to(logp.device), col.target_offset.to(logp.device)
             a = adv[item]
             pg, info = ppo_clip_loss(
@@ -176,7 +184,7 @@ class Trainer:
             )
             tok_loss = pg
             if cfg.kl_coef > 0:
-                kl = k3_kl(logp, self._ref_logprobs(col))
+                kl = k3_kl(logp, self._ref_logprobs(col, allowed))
                 tok_loss = pg + cfg.kl_coef * kl
                 sums["kl_ref"] += kl.detach().sum().item()
             w = w_item[item]
@@ -219,12 +227,19 @@ class Trainer:
         metrics.update(advantage_stats([it.advantage for it in items]))
         return metrics
 
-    def _ref_logprobs(self, col) -> torch.Tensor:
+    def _constraint_masks(self, items: list[TrainSeq]) -> dict[int, torch.Tensor]:
+        if all(it.constraint is None for it in items):
+            return {}
+        if self.constraints is None:
+            raise ValidationError("constrained steps need the tokenizer to replay their grammar: pass tokenizer=")
+        return self.constraints.item_masks(items)
+
+    def _ref_logprobs(self, col, allowed=None) -> torch.Tensor:
         with torch.no_grad():
             if self.ref_model is not None:
-                return target_logprobs(self.ref_model, col, self.config.temperature)[0]
+                return target_logprobs(self.ref_model, col, self.config.temperature, allowed=allowed)[0]
             with self.model.disable_adapter():
-                return target_logprobs(self.model, col, self.config.temperature)[0]
+                return target_logprobs(self.model, col, self.config.temperature, allowed=allowed)[0]
 
     # -- publishing ---------------------------------------------------------------------------
 

@@ -12,8 +12,10 @@ import openai
 import pytest
 import torch
 
+from swarm.merge import TrainSeq
 from swarm.pool import StepFilter
 from swarm.records import Step
+from swarm.train.constraint import ConstraintReplay
 
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "look a word up",
                                             "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
@@ -47,8 +49,12 @@ def check_logprobs(backend: Any, steps: list[Step]) -> None:
         ids = torch.tensor([s.prompt_ids + s.response_ids])
         with torch.no_grad():
             logits = model(input_ids=ids).logits[0].float()
-        lp = torch.log_softmax(logits, dim=-1)
         n = len(s.prompt_ids)
+        if s.metadata.get("constraint"):  # sampled under a grammar: the masked distribution (swarm.train.constraint)
+            masks = ConstraintReplay(backend.tokenizer).masks(TrainSeq.from_step(s, 0.0))
+            logits[n - 1 : n - 1 + len(s.response_ids)] = logits[n - 1 : n - 1 + len(s.response_ids)].masked_fill(
+                ~masks, float("-inf"))
+        lp = torch.log_softmax(logits, dim=-1)
         want = lp[n - 1 : n - 1 + len(s.response_ids)].gather(1, torch.tensor(s.response_ids)[:, None])[:, 0]
         diff = (want - torch.tensor(s.response_logprobs)).abs().max().item()
         assert diff < 1e-4, f"step {s.step_id}: max |logprob diff| = {diff}"
