@@ -3,21 +3,29 @@
 Nine players (0-8): 3 werewolves, 3 villagers, a seer, a witch and a hunter. Each round is a
 night then a day:
 
-- night: each living wolf in turn proposes a victim (with a line only wolves see); the most
-  proposed target dies (ties: the earliest proposed). The witch hears the victim and may save
-  them (once per game) or poison someone (once per game), one potion per night. The seer
-  checks one player and privately learns whether they are a werewolf. Deaths are announced
-  with the dead player's role.
-- day: players killed in the night say last words, every living player speaks
-  ``day_discussion`` times, then everyone votes (or passes); the plurality is eliminated and
-  says last words; a tie eliminates nobody.
-- the hunter, when killed by the wolves or by the vote (not by poison), may shoot one player.
+- night (order: wolves -> witch -> seer): each living wolf in turn proposes a victim (with a
+  line only wolves see); the wolves agree on the most proposed target (ties: the earliest
+  proposal). The witch hears the victim and may save them (one save per game, never
+  herself) or poison someone (one poison per game), at most one potion per night. The seer
+  checks one player and privately learns that player's role. Deaths are announced without
+  roles: roles stay hidden until the game ends.
+- day: the first night's victims say last words, every living player speaks
+  ``day_discussion`` times in seat order, then everyone votes at once for a living player
+  (their own seat included); the plurality is eliminated (a tie is broken at random) and
+  says last words.
+- the hunter, when killed by the wolves or by the vote (not when poisoned, even if bitten the
+  same night), may shoot one player.
 
 Wolves win at parity (living wolves >= living others) or when ``max_rounds`` rounds end; the
 village wins when every wolf is dead. Players are driven through :class:`Decision` objects;
 any agent with ``act(decision) -> Action | None`` can play. An unparsable (``None``) or
-illegal action is replaced by the decision's defined fallback (pass / say nothing, or a
-seeded random legal target where the role must act) and counted in ``format_errors``.
+illegal action is replaced by the decision's defined fallback (pass / say nothing, or a random
+legal target from ``fallback_rng`` where the role must act) and counted in ``format_errors``;
+the fallback is logged (visible to that player only) as a ``fallback`` event.
+
+Rule chance (vote ties) uses ``random.Random(f"game-{seed}")``; fallbacks use their own
+``fallback_rng`` so that two games of one seed (one training group) do not share fallback
+choices.
 
 This module does no I/O and knows nothing about LLMs, prompts or rewards.
 """
@@ -46,7 +54,7 @@ _KINDS = {
     "hunter": ("shoot", "pass"),
     "last_words": ("speak",),
     "speak": ("speak",),
-    "vote": ("vote", "pass"),
+    "vote": ("vote",),
 }
 _TARGETED = {"kill", "poison", "check", "shoot", "vote"}
 
@@ -129,7 +137,8 @@ def winner_of(roles: Sequence[str], alive: Sequence[bool]) -> str | None:
 class Game:
     """One game; :meth:`play` runs it to the end with one agent per player."""
 
-    def __init__(self, roles: Sequence[str], seed: int, max_rounds: int = MAX_ROUNDS, day_discussion: int = 1) -> None:
+    def __init__(self, roles: Sequence[str], seed: int, max_rounds: int = MAX_ROUNDS, day_discussion: int = 1,
+                 fallback_rng: random.Random | None = None) -> None:
         if sorted(roles) != sorted(SETUP):
             raise ValueError(f"roles must be a permutation of {SETUP}, got {list(roles)}")
         self.roles = list(roles)
@@ -137,6 +146,7 @@ class Game:
         self.max_rounds = max_rounds
         self.day_discussion = day_discussion
         self.rng = random.Random(f"game-{seed}")
+        self.fallback_rng = fallback_rng or random.Random(f"fallback-{seed}")
         n = len(self.roles)
         self.alive = [True] * n
         self.round = 1
@@ -166,7 +176,6 @@ class Game:
             known.update({w: WEREWOLF for w in self.wolves()})
         if self.roles[player] == SEER:
             known.update(self.seer_checks)
-        known.update({i: r for i, r in enumerate(self.roles) if not self.alive[i]})  # revealed at death
         return known
 
     def visible(self, player: int, since: int = 0) -> list[Event]:
@@ -185,12 +194,12 @@ class Game:
         return True
 
     def fallback(self, decision: Decision) -> Action:
-        """The defined replacement for an invalid action: pass if allowed, else a seeded random target."""
+        """The defined replacement for an invalid action: pass if allowed, else a random legal target."""
         if "pass" in decision.actions:
             return Action("pass")
         if decision.actions == ("speak",):
             return Action("speak")
-        return Action(decision.actions[0], self.rng.choice(decision.targets))
+        return Action(decision.actions[0], self.fallback_rng.choice(decision.targets))
 
     def decide(self, player: int, kind: str, targets: Sequence[int] = (), actions: Sequence[str] | None = None,
                **info: Any) -> Action:
@@ -204,6 +213,9 @@ class Game:
         if not self.legal(decision, action):
             self.format_errors[player] += 1
             action = self.fallback(decision)
+            self._log("fallback", f"Player {player}'s {kind} answer was invalid; the fallback played: "
+                      f"{action.kind}{'' if action.target is None else ' ' + str(action.target)}.",
+                      player, action.target, to=(player,))
         assert action is not None
         action = Action(action.kind, action.target if action.kind in _TARGETED else None, (action.say or "")[:MAX_SAY])
         if self._after is not None:
@@ -213,12 +225,12 @@ class Game:
     # -- deaths --------------------------------------------------------------------------
     def _kill(self, player: int, cause: str) -> None:
         self.alive[player] = False
-        self._log("death", f"Player {player} was a {self.roles[player]}.", target=player)
+        self._log("death", f"Player {player} is dead.", target=player)
         self.winner = self.winner or winner_of(self.roles, self.alive)
         if self.roles[player] == HUNTER and cause != "poison" and self.winner is None:
             shot = self.decide(player, "hunter", self.living(exclude=player))
             if shot.kind == "shoot":
-                self._log("shot", f"Player {player} (the hunter) shoots player {shot.target}.", player, shot.target)
+                self._log("shot", f"Player {player}, dying, shoots player {shot.target}.", player, shot.target)
                 assert shot.target is not None
                 self._kill(shot.target, "shot")
 
@@ -246,6 +258,8 @@ class Game:
         if self.alive[witch]:
             actions = ["pass"] + (["save"] if not self.witch_save_used else []) + \
                       (["poison"] if not self.witch_poison_used else [])
+            if victim == witch and "save" in actions:  # the witch may not save herself
+                actions.remove("save")
             a = self.decide(witch, "witch", self.living(exclude=witch), actions=actions, victim=victim,
                             save=not self.witch_save_used, poison=not self.witch_poison_used)
             if a.kind == "save":
@@ -258,23 +272,22 @@ class Game:
         if self.alive[seer]:
             a = self.decide(seer, "seer", self.living(exclude=seer))
             assert a.target is not None
-            found = WEREWOLF if self.roles[a.target] == WEREWOLF else "not a werewolf"
-            self.seer_checks[a.target] = WEREWOLF if found == WEREWOLF else "good"
-            self._log("check", f"Player {a.target} is {'a werewolf' if found == WEREWOLF else found}.",
-                      seer, a.target, to=(seer,))
+            self.seer_checks[a.target] = self.roles[a.target]
+            self._log("check", f"Player {a.target} is the {self.roles[a.target]}.", seer, a.target, to=(seer,))
         deaths = sorted({d for d in (victim, poisoned) if d is not None})
         self.phase = "dawn"
         self._log("dawn", f"Night {self.round}: " + (", ".join(f"player {d}" for d in deaths) + " died."
                                                      if deaths else "nobody died."))
         for d in deaths:
             if self.alive[d]:
-                self._kill(d, "poison" if d == poisoned and d != victim else "wolves")
+                self._kill(d, "poison" if d == poisoned else "wolves")
         return deaths
 
     def _day(self, night_deaths: list[int]) -> None:
         self.phase = "day"
-        for d in night_deaths:
-            self._last_words(d)
+        if self.round == 1:  # last words: the first night's victims only
+            for d in night_deaths:
+                self._last_words(d)
         for _ in range(self.day_discussion):
             for p in self.living():
                 if self.winner is not None:
@@ -283,18 +296,17 @@ class Game:
                 self._log("speech", f"Player {p}: {a.say}", p)
         if self.winner is not None:
             return
-        votes = {p: self.decide(p, "vote", self.living(exclude=p)) for p in self.living()}
-        tally = Counter(a.target for a in votes.values() if a.kind == "vote")
-        text = ", ".join(f"{p}->{a.target if a.kind == 'vote' else 'pass'}" for p, a in votes.items())
-        top = max(tally.values(), default=0)
-        leaders = [t for t, c in tally.items() if c == top]
-        if len(leaders) == 1:
-            out = leaders[0]
-            self._log("vote", f"Votes: {text}. Player {out} is eliminated.", target=out)
-            self._kill(out, "vote")
-            self._last_words(out)
-        else:
-            self._log("vote", f"Votes: {text}. Tie or no votes: nobody is eliminated.")
+        # simultaneous: every ballot is asked before any is logged, so nobody sees another's vote
+        votes = {p: self.decide(p, "vote", self.living()) for p in self.living()}
+        tally = Counter(a.target for a in votes.values())
+        text = ", ".join(f"{p}->{a.target}" for p, a in votes.items())
+        top = max(tally.values())
+        leaders = sorted(t for t, c in tally.items() if c == top)
+        out = leaders[0] if len(leaders) == 1 else self.rng.choice(leaders)
+        tie = f" Tie between {', '.join(map(str, leaders))}, broken at random." if len(leaders) > 1 else ""
+        self._log("vote", f"Votes: {text}.{tie} Player {out} is eliminated.", target=out)
+        self._kill(out, "vote")
+        self._last_words(out)
 
     def play(self, agents: Sequence[Agent], after_decision: Callable[[Decision, Action], None] | None = None
              ) -> GameResult:
@@ -311,6 +323,7 @@ class Game:
             if self.winner is None:
                 self.round += 1
         self.phase = "end"
-        self._log("end", f"Game over: the {self.winner} win.")
+        self._log("end", f"Game over: the {self.winner} win. Roles: "
+                  + ", ".join(f"{i} {r}" for i, r in enumerate(self.roles)) + ".")
         return GameResult(self.winner, self.round, self.timeout, list(self.format_errors), list(self.decisions),
                           list(self.alive), list(self.events))

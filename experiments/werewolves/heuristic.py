@@ -1,7 +1,7 @@
 """Rule-based werewolves players for every role: the default opponents and the test players.
 
-They read the public record with simple patterns: seer claims ("I am the seer"), accusations
-("player N is a werewolf"), the vote lists and the roles revealed at death. Villagers keep a
+They read the public record with simple patterns: seer claims ("I am the seer") and
+accusations ("player N is a werewolf"); roles are not revealed at death. Villagers keep a
 suspicion score per player (see :meth:`HeuristicPlayer.suspicion`):
 
 - seer: checks an unchecked living player; once a living wolf is found, claims seer and
@@ -29,7 +29,6 @@ __all__ = ["HeuristicPlayer", "accusations", "seer_claims"]
 _ACCUSE = re.compile(r"player\s*(\d+)\s+is\s+a\s+(?:were)?wol", re.I)
 _CLAIM = re.compile(r"\bi\s*am\s+the\s+seer\b", re.I)
 _VOTE = re.compile(r"(\d+)->(\d+)")
-_PASS = re.compile(r"(\d+)->pass")
 
 
 def _public_speeches(events: list[Event]) -> list[Event]:
@@ -64,29 +63,22 @@ class HeuristicPlayer:
     def suspicion(self, d: Decision) -> dict[int, float]:
         """A village-side score per living other player: higher is more wolf-like.
 
-        +3 per accusation in a seer claim (by a claimant not revealed as a wolf), +1 per passed
-        vote, +1 per vote for, and per public accusation of, a player revealed as a villager-side role, -2 per
-        vote for a player revealed as a wolf. Players the seer knows as good score -inf.
+        +3 per accusation in a seer claim (by a claimant not known to be a wolf), +1 per vote
+        against a seer claimant (wolves protect each other by silencing the seer). Players the
+        seer knows as good score -inf, known wolves +10.
         """
         score = {p: 0.0 for p in d.alive if p != self.player}
-        for claimant, accused in seer_claims(d.events).items():
+        claims = seer_claims(d.events)
+        for claimant, accused in claims.items():
             if d.known.get(claimant) != WEREWOLF and claimant != self.player:
                 for t in accused:
                     if t in score:
                         score[t] += 3
         for e in d.events:
             if e.kind == "vote":
-                for voter in _PASS.findall(e.text):
-                    if int(voter) in score:
-                        score[int(voter)] += 1
                 for voter, target in _VOTE.findall(e.text):
-                    v, t = int(voter), int(target)
-                    if v in score and t in d.known and t not in d.alive:
-                        score[v] += -2 if d.known[t] == WEREWOLF else 1
-            elif e.kind == "speech" and e.to is None and e.actor in score:
-                for t in _ACCUSE.findall(e.text):
-                    if int(t) in d.known and int(t) not in d.alive and d.known[int(t)] != WEREWOLF:
-                        score[e.actor] += 1
+                    if int(voter) in score and int(target) in claims and int(target) != int(voter):
+                        score[int(voter)] += 1
         for p, role in d.known.items():  # only the seer knows living players' roles
             if p in score:
                 score[p] = score[p] + 10 if role == WEREWOLF else float("-inf")
@@ -158,12 +150,12 @@ class HeuristicPlayer:
     def _vote(self, d: Decision) -> Action:
         if d.role == WEREWOLF:
             target = self._wolf_choice(d)
-            return Action("vote", target) if target in d.targets else Action("pass")
+            return Action("vote", target if target in d.targets else self._pick(d.targets))
         if d.role == SEER and self._known_wolf(d) is not None:
             return Action("vote", self._known_wolf(d))
         target = self._suspect(d, d.targets)
         if target is None:
-            cleared = {p for p, r in d.known.items() if r != WEREWOLF}
+            cleared = {p for p, r in d.known.items() if r != WEREWOLF} | {self.player}
             target = self._pick([t for t in d.targets if t not in cleared] or list(d.targets))
         return Action("vote", target)
 

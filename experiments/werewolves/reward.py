@@ -1,34 +1,67 @@
-"""Rewards of the werewolves task: team result plus a per-player format penalty.
+"""Rewards of the werewolves task: the team result, a per-player format penalty and optional vote shaping.
 
-    player_reward(won, format_errors) = float(won) - min(MAX_PENALTY, FORMAT_PENALTY * format_errors)
+    player_reward = float(won)
+                    - min(MAX_PENALTY, FORMAT_PENALTY * format_errors)
+                    + vote_shaping * (votes for the other side / votes cast)   [0 when no votes]
 
-with ``FORMAT_PENALTY = 0.1`` per decision whose answer was unparsable or illegal (the engine
-then played the fallback) and ``MAX_PENALTY = 0.5``, so a winning player is never scored below
-a losing one. :func:`side_reward` averages the players of the trainable side for logging.
-These are plain functions of the game result; nothing here opens or ends episodes.
+- ``won``: the player's side won the game (1/0); this is what the task is scored on.
+- the format penalty (``FORMAT_PENALTY = 0.1`` per decision whose answer was unparsable or
+  illegal, capped at ``MAX_PENALTY = 0.5``) only bites on backends that do not enforce the
+  JSON schema; with constrained decoding no decision is malformed.
+- vote shaping (``vote_shaping``, a task option, 0 by default, at most 0.5) is documented
+  shaping: the *fraction* of the player's day votes that named a member of the other side.
+  A fraction, not a count, so a player who dies early earns nothing for it, and with
+  ``vote_shaping <= 0.5`` a losing player never outscores a winning one without penalties.
+  Where the gateway told us the step of each vote, :func:`vote_step_rewards` gives every vote
+  step its own reward (the same formula with that one vote as the fraction), so the mean over
+  a player's vote steps is the player's reward and each vote gets its own credit.
+
+:func:`side_reward` averages the players of the trainable side for logging. These are plain
+functions of the game result; nothing here opens or ends episodes.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from experiments.werewolves.game import GameResult, side_of
 
-__all__ = ["FORMAT_PENALTY", "MAX_PENALTY", "player_reward", "side_reward"]
+__all__ = ["FORMAT_PENALTY", "MAX_PENALTY", "MAX_VOTE_SHAPING", "player_reward", "side_reward", "vote_record",
+           "vote_step_rewards"]
 
 FORMAT_PENALTY = 0.1
 MAX_PENALTY = 0.5
+MAX_VOTE_SHAPING = 0.5
+_VOTE = re.compile(r"(\d+)->(\d+)")
 
 
-def player_reward(won: bool, format_errors: int) -> dict[str, float]:
-    """``{"reward", "win", "format_penalty", "format_errors"}`` for one player (penalty <= 0)."""
+def vote_record(result: GameResult, roles: Sequence[str]) -> dict[int, tuple[int, int]]:
+    """player -> (votes cast, votes for a member of the other side), from the game's vote events."""
+    out: dict[int, tuple[int, int]] = {}
+    for e in result.events:
+        if e.kind == "vote":
+            for voter, target in _VOTE.findall(e.text.split(".")[0]):
+                v, t = int(voter), int(target)
+                cast, hits = out.get(v, (0, 0))
+                out[v] = (cast + 1, hits + int(side_of(roles[t]) != side_of(roles[v])))
+    return out
+
+
+def player_reward(won: bool, format_errors: int, votes: int = 0, vote_hits: int = 0,
+                  vote_shaping: float = 0.0) -> dict[str, float]:
+    """``{"reward", "win", "format_penalty", "format_errors", "vote_bonus"}`` for one player."""
+    if not 0.0 <= vote_shaping <= MAX_VOTE_SHAPING:
+        raise ValueError(f"vote_shaping={vote_shaping}; use 0 <= vote_shaping <= {MAX_VOTE_SHAPING}")
     penalty = -min(MAX_PENALTY, FORMAT_PENALTY * format_errors)
-    return {"reward": float(won) + penalty, "win": float(won), "format_penalty": penalty,
-            "format_errors": float(format_errors)}
+    bonus = vote_shaping * vote_hits / votes if votes else 0.0
+    return {"reward": float(won) + penalty + bonus, "win": float(won), "format_penalty": penalty,
+            "format_errors": float(format_errors), "vote_bonus": bonus}
 
 
-def side_reward(result: GameResult, roles: Sequence[str], side: str, players: Sequence[int]) -> dict[str, float]:
-    """``{"reward", "win", "format_penalty", "rounds"}``: the mean over ``players`` of ``side``.
+def side_reward(result: GameResult, roles: Sequence[str], side: str, players: Sequence[int],
+                vote_shaping: float = 0.0) -> dict[str, float]:
+    """``{"reward", "win", "format_penalty", "vote_bonus", "rounds"}``: the mean over ``players`` of ``side``.
 
     ``players`` are the seats whose format errors count (the LLM-controlled ones); with none
     the reward is the bare team result.
@@ -36,6 +69,25 @@ def side_reward(result: GameResult, roles: Sequence[str], side: str, players: Se
     won = result.winner == side
     if any(side_of(roles[p]) != side for p in players):
         raise ValueError(f"players {list(players)} are not all on side {side!r}")
-    parts = [player_reward(won, result.format_errors[p]) for p in players] or [player_reward(won, 0)]
-    return {"reward": sum(p["reward"] for p in parts) / len(parts), "win": float(won),
-            "format_penalty": sum(p["format_penalty"] for p in parts) / len(parts), "rounds": float(result.rounds)}
+    votes = vote_record(result, roles)
+    parts = [player_reward(won, result.format_errors[p], *votes.get(p, (0, 0)), vote_shaping=vote_shaping)
+             for p in players] or [player_reward(won, 0)]
+    n = len(parts)
+    return {"reward": sum(p["reward"] for p in parts) / n, "win": float(won),
+            "format_penalty": sum(p["format_penalty"] for p in parts) / n,
+            "vote_bonus": sum(p["vote_bonus"] for p in parts) / n, "rounds": float(result.rounds)}
+
+
+def vote_step_rewards(result: GameResult, roles: Sequence[str], player: int, vote_steps: dict[int, str],
+                      vote_shaping: float) -> dict[str, float]:
+    """step id -> reward for ``player``'s vote steps (``vote_steps``: round -> step id); see the module docstring."""
+    won = result.winner == side_of(roles[player])
+    out: dict[str, float] = {}
+    for e in result.events:
+        if e.kind == "vote" and e.round in vote_steps:
+            for voter, target in _VOTE.findall(e.text.split(".")[0]):
+                if int(voter) == player:
+                    hit = int(side_of(roles[int(target)]) != side_of(roles[player]))
+                    out[vote_steps[e.round]] = player_reward(won, result.format_errors[player], 1, hit,
+                                                             vote_shaping)["reward"]
+    return out

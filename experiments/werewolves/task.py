@@ -11,14 +11,16 @@ open episode of the game is aborted and the error re-raised. This module has no 
 
 from __future__ import annotations
 
+import random
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from experiments.werewolves.game import MAX_ROUNDS, Action, Decision, Game, side_of
 from experiments.werewolves.heuristic import HeuristicPlayer
-from experiments.werewolves.llm_player import LLMPlayer, openai_chat
-from experiments.werewolves.reward import player_reward, side_reward
+from experiments.werewolves.llm_player import ALL_KINDS, LLMPlayer, openai_chat
+from experiments.werewolves.reward import MAX_VOTE_SHAPING, player_reward, side_reward, vote_record, vote_step_rewards
 
 __all__ = ["WerewolvesOptions", "run_multiagent", "HEARTBEAT_S"]
 
@@ -31,13 +33,17 @@ ROLE_NAMES = ("werewolf", "villager", "seer", "witch", "hunter")
 class WerewolvesOptions:
     """Task options (``cfg.options``); see the README for each key."""
 
-    trainable_side: str = "wolves"
+    trainable_side: str = "village"
     role_policies: dict[str, str] = field(default_factory=dict)
     opponents: str = "heuristic"
     max_rounds: int = MAX_ROUNDS
     day_discussion: int = 1
     max_tokens: int | None = None
     temperature: float | None = None
+    observation: str = "compact"
+    constrained: bool = True
+    llm_decisions: list[str] = field(default_factory=lambda: list(ALL_KINDS))
+    vote_shaping: float = 0.0
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None) -> WerewolvesOptions:
@@ -56,7 +62,14 @@ class WerewolvesOptions:
             raise ValueError(f"werewolves: opponents={o.opponents!r}; use 'heuristic' or 'policy:<name>'")
         if not 1 <= int(o.max_rounds) <= MAX_ROUNDS or int(o.day_discussion) < 0:
             raise ValueError(f"werewolves: need 1 <= max_rounds <= {MAX_ROUNDS} and day_discussion >= 0")
+        if o.observation not in ("compact", "transcript"):
+            raise ValueError(f"werewolves: observation={o.observation!r}; use 'compact' or 'transcript'")
+        if not o.llm_decisions or not set(o.llm_decisions) <= set(ALL_KINDS):
+            raise ValueError(f"werewolves: llm_decisions={o.llm_decisions!r}; use a non-empty subset of {ALL_KINDS}")
+        if not 0.0 <= float(o.vote_shaping) <= MAX_VOTE_SHAPING:
+            raise ValueError(f"werewolves: vote_shaping={o.vote_shaping!r}; use 0 <= vote_shaping <= {MAX_VOTE_SHAPING}")
         o.role_policies = dict(o.role_policies)
+        o.llm_decisions = list(o.llm_decisions)
         return o
 
     def seat_policy(self, role: str, default: str) -> tuple[str | None, str]:
@@ -70,9 +83,12 @@ class WerewolvesOptions:
 
 def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: Any, kind: str = "train"
                    ) -> dict[str, float]:
-    """Play one game; returns the trainable side's ``{"reward", "win", "format_penalty", "rounds"}``.
+    """Play one game; returns the trainable side's reward parts and game statistics.
 
-    ``kind`` is the episode type of the trainable seats ("train" or "eval").
+    ``kind`` is the episode type of the trainable seats ("train" or "eval"). The returned dict:
+    ``reward``, ``win``, ``format_penalty``, ``vote_bonus``, ``rounds`` (means over the trainable
+    LLM seats, see :func:`side_reward`), ``format_error_rate`` (invalid answers per LLM decision of
+    the trainable side) and ``llm_calls`` (per trainable seat).
     """
     opts = WerewolvesOptions.from_options(getattr(cfg, "options", None))
     seed, roles = int(instance["seed"]), list(instance["roles"])
@@ -93,7 +109,8 @@ def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: An
                               metadata={"role": role, "player": i, "seed": seed, "policy": policy})
             episodes[i] = ep
             chat = openai_chat(ep.openai(max_retries=0), policy, temperature, max_tokens)
-            agents.append(LLMPlayer(i, role, wolves, seed, chat))
+            agents.append(LLMPlayer(i, role, wolves, seed, chat, observation=opts.observation,
+                                    constrained=opts.constrained, llm_kinds=opts.llm_decisions))
         last_beat = [time.monotonic()]
 
         def heartbeat(_d: Decision, _a: Action) -> None:
@@ -102,7 +119,9 @@ def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: An
                     ep.heartbeat()
                 last_beat[0] = time.monotonic()
 
-        result = Game(roles, seed, opts.max_rounds, opts.day_discussion).play(agents, heartbeat)
+        # fallbacks draw from fresh randomness: two games of one seed (a training group) must not share them
+        game = Game(roles, seed, opts.max_rounds, opts.day_discussion, fallback_rng=random.Random(secrets.randbits(64)))
+        result = game.play(agents, heartbeat)
     except BaseException:
         for ep in episodes.values():
             if not ep.ended:
@@ -111,10 +130,21 @@ def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: An
                 except Exception:  # noqa: BLE001 - the original error matters more; the gateway times it out
                     pass
         raise
+    votes = vote_record(result, roles)
     for i, ep in episodes.items():
-        parts = player_reward(result.winner == side_of(roles[i]), result.format_errors[i])
+        shaping = opts.vote_shaping if side_of(roles[i]) == opts.trainable_side else 0.0
+        parts = player_reward(result.winner == side_of(roles[i]), result.format_errors[i], *votes.get(i, (0, 0)),
+                              vote_shaping=shaping)
         player = agents[i]
-        ep.end(reward=parts.pop("reward"), **parts, rounds=float(result.rounds), calls=float(player.calls),
-               llm_errors=float(player.llm_errors), timeout=float(result.timeout))
+        steps = None
+        if shaping:
+            steps = vote_step_rewards(result, roles, i, {r: sid for k, r, sid in player.steps if k == "vote"}, shaping)
+        ep.end(reward=parts.pop("reward"), step_rewards=steps or None, **parts, rounds=float(result.rounds),
+               calls=float(player.calls), llm_errors=float(player.llm_errors), timeout=float(result.timeout),
+               **{f"win_{roles[i]}": parts["win"]})
     trainable = [i for i in episodes if side_of(roles[i]) == opts.trainable_side]
-    return side_reward(result, roles, opts.trainable_side, trainable)
+    out = side_reward(result, roles, opts.trainable_side, trainable, opts.vote_shaping)
+    calls = sum(agents[i].calls for i in trainable)
+    out["format_error_rate"] = sum(result.format_errors[i] for i in trainable) / calls if calls else 0.0
+    out["llm_calls"] = calls / len(trainable) if trainable else 0.0
+    return out

@@ -70,7 +70,7 @@ def test_witch_potions_are_used_at_most_once_each() -> None:
         if d.kind == "witch":
             asked.append(d.round)
             return Action("save") if d.round % 2 else Action("poison", d.targets[0])
-        return Action("pass") if d.kind == "vote" else None
+        return None
 
     for seed in range(5):
         asked.clear()
@@ -81,14 +81,14 @@ def test_witch_potions_are_used_at_most_once_each() -> None:
         assert result.format_errors[game.roles.index(WITCH)] == len(asked) - len(potions)
 
 
-def test_seer_check_reveals_the_truth_privately() -> None:
+def test_seer_check_reveals_the_role_privately() -> None:
     game, result = heuristic_game(3)
     seer = game.roles.index(SEER)
     checks = [e for e in result.events if e.kind == "check"]
     assert checks
     for e in checks:
         assert e.to == (seer,) and e.target is not None
-        assert ("is a werewolf" in e.text) == (game.roles[e.target] == WEREWOLF)
+        assert e.text == f"Player {e.target} is the {game.roles[e.target]}."
 
 
 def _hunter_seed() -> int:
@@ -134,14 +134,16 @@ def test_poisoned_hunter_cannot_shoot() -> None:
 
 
 def test_round_limit_gives_wolves_the_win() -> None:
-    def stall(d: Decision) -> Action | None | str:  # the witch saves, nobody is voted out
+    def stall(d: Decision) -> Action | None | str:  # the witch saves, one player is voted out
         if d.kind == "witch":
             return Action("save") if "save" in d.actions else Action("pass")
-        return Action("pass") if d.kind in ("vote", "hunter") else None
+        if d.kind == "vote":
+            return Action("vote", d.player)
+        return Action("pass") if d.kind == "hunter" else None
 
     game, result = scripted_game(1, stall, max_rounds=1)
     assert result.timeout and result.winner == "wolves" and result.rounds == 1
-    assert all(result.alive)
+    assert sum(result.alive) == 8
 
 
 def test_invalid_answers_get_the_fallback_and_count_as_format_errors() -> None:
@@ -151,7 +153,7 @@ def test_invalid_answers_get_the_fallback_and_count_as_format_errors() -> None:
 
     def broken_wolves(d: Decision) -> Action | None | str:
         if d.role == WEREWOLF:
-            return "none" if d.kind != "vote" else Action("vote", d.player)  # self-vote is illegal
+            return "none" if d.kind != "vote" else Action("vote", 99)  # not a living player
         return None
 
     game, result = scripted_game(seed, broken_wolves)
@@ -162,8 +164,172 @@ def test_invalid_answers_get_the_fallback_and_count_as_format_errors() -> None:
             assert result.format_errors[i] == 0
     kills = [e for e in result.events if e.kind == "wolf_talk"]
     assert kills and all(roles[e.target] != WEREWOLF for e in kills)  # fallback: a random legal victim
-    votes = [e.text for e in result.events if e.kind == "vote"]
-    assert all(f"{w}->pass" in v for v in votes for w in wolves if f"{w}->" in v)  # fallback: pass
+    fallbacks = [e for e in result.events if e.kind == "fallback"]
+    assert len(fallbacks) == sum(result.format_errors)  # every fallback is narrated ...
+    assert all(e.to == (e.actor,) and "fallback" in e.text for e in fallbacks)  # ... to that player only
+
+
+def test_fallback_randomness_is_its_own_stream() -> None:
+    """Two games of one seed with different fallback streams diverge; rule chance stays seeded."""
+    import random
+
+    def broken(d: Decision) -> Action | None | str:
+        return "none" if d.role == WEREWOLF and d.kind == "wolf_kill" else None
+
+    victims = set()
+    for k in range(6):
+        game = Game(deal_roles(2), 2, fallback_rng=random.Random(k))
+        result = game.play([Scripted(i, 2, broken) for i in range(9)])
+        victims.add(next(e.target for e in result.events if e.kind == "wolf_talk"))
+    assert len(victims) > 1
+
+
+def _night_order(seed: int) -> list[str]:
+    kinds: list[str] = []
+
+    def spy(d: Decision) -> None:
+        if d.round == 1 and d.kind in ("wolf_kill", "witch", "seer"):
+            kinds.append(d.kind)
+        return None
+
+    scripted_game(seed, spy)
+    return kinds
+
+
+def test_night_order_is_wolves_then_witch_then_seer() -> None:
+    for seed in range(5):
+        kinds = _night_order(seed)
+        assert kinds == ["wolf_kill"] * 3 + ["witch", "seer"]
+
+
+def test_wolves_agree_on_the_most_proposed_victim() -> None:
+    seed = 0
+    roles = deal_roles(seed)
+    prey = [i for i, r in enumerate(roles) if r not in (WEREWOLF, WITCH)]
+    wolves = [i for i, r in enumerate(roles) if r == WEREWOLF]
+    picks = {wolves[0]: prey[0], wolves[1]: prey[1], wolves[2]: prey[1]}
+
+    def rule(d: Decision) -> Action | None | str:
+        if d.kind == "wolf_kill" and d.round == 1:
+            return Action("kill", picks[d.player])
+        if d.kind == "witch":
+            return Action("pass")
+        return None
+
+    game, result = scripted_game(seed, rule)
+    dawn = next(e for e in result.events if e.kind == "dawn")
+    assert dawn.text == f"Night 1: player {prey[1]} died."
+
+
+def test_witch_cannot_save_herself_and_uses_one_potion_per_night() -> None:
+    seed = 1
+    roles = deal_roles(seed)
+    witch = roles.index(WITCH)
+    offered: list[tuple[str, ...]] = []
+
+    def rule(d: Decision) -> Action | None | str:
+        if d.kind == "wolf_kill":
+            return Action("kill", witch)
+        if d.kind == "witch":
+            offered.append(d.actions)
+            return Action("save")  # not offered: a format error, the fallback (pass) plays
+        return None
+
+    game, result = scripted_game(seed, rule)
+    assert offered == [("pass", "poison")]
+    assert not result.alive[witch] and result.format_errors[witch] == 1
+    for r in range(1, result.rounds + 1):
+        assert sum(1 for e in result.events if e.kind == "potion" and e.round == r) <= 1
+
+
+def test_hunter_shoots_when_voted_out() -> None:
+    seed = _hunter_seed()
+    roles = deal_roles(seed)
+    hunter, wolf = roles.index(HUNTER), roles.index(WEREWOLF)
+
+    def rule(d: Decision) -> Action | None | str:
+        if d.kind == "wolf_kill":
+            return Action("kill", next(t for t in d.targets if t != hunter))
+        if d.kind == "witch":
+            return Action("pass")
+        if d.kind == "vote":
+            return Action("vote", hunter)
+        if d.kind == "hunter":
+            return Action("shoot", wolf)
+        return None
+
+    game, result = scripted_game(seed, rule)
+    shot = next(e for e in result.events if e.kind == "shot")
+    assert shot.round == 1 and shot.actor == hunter and shot.target == wolf and not result.alive[wolf]
+
+
+def test_bitten_and_poisoned_hunter_cannot_shoot() -> None:
+    seed = _hunter_seed()
+    hunter = deal_roles(seed).index(HUNTER)
+
+    def rule(d: Decision) -> Action | None | str:
+        if d.kind == "wolf_kill":
+            return Action("kill", hunter)
+        if d.kind == "witch":
+            return Action("poison", hunter) if "poison" in d.actions and hunter in d.targets else Action("pass")
+        if d.kind == "hunter":
+            raise AssertionError("a poisoned hunter is not asked to shoot, even when also bitten")
+        return None
+
+    game, result = scripted_game(seed, rule)
+    assert not result.alive[hunter] and not any(e.kind == "shot" for e in result.events)
+
+
+def test_roles_stay_hidden_until_the_end() -> None:
+    for seed in range(10):
+        game, result = heuristic_game(seed)
+        public = [e for e in result.events if e.to is None and e.kind != "end"]
+        for e in public:
+            if e.kind in ("death", "dawn", "vote", "shot"):
+                assert not any(r in e.text for r in ("werewolf", "villager", "seer", "witch", "hunter")), e.text
+        end = result.events[-1]
+        assert end.kind == "end" and all(f"{i} {r}" in end.text for i, r in enumerate(game.roles))
+
+
+def test_last_words_only_for_the_first_nights_victims_and_the_voted_out() -> None:
+    kinds = set()
+    for seed in range(15):
+        game, result = heuristic_game(seed)
+        first_night = {e.target for e in result.events if e.kind == "death" and e.phase == "dawn" and e.round == 1}
+        voted = {(e.round, e.target) for e in result.events if e.kind == "vote"}
+        for e in result.events:
+            if e.kind == "speech" and "(last words)" in e.text:
+                assert (e.round == 1 and e.phase == "day" and e.actor in first_night) or (e.round, e.actor) in voted
+                kinds.add("night" if (e.round, e.actor) not in voted else "vote")
+    assert kinds == {"night", "vote"}
+
+
+def test_each_living_player_speaks_once_per_day_in_seat_order() -> None:
+    game, result = heuristic_game(4)
+    for r in range(1, result.rounds + 1):
+        day = [e.actor for e in result.events if e.kind == "speech" and e.round == r and "(last words)" not in e.text]
+        assert day == sorted(day) and len(day) == len(set(day))
+
+
+def test_votes_are_simultaneous_self_votes_legal_and_ties_broken_at_random() -> None:
+    seen_votes: list[int] = []
+    eliminated = set()
+    for seed in range(12):
+        roles = deal_roles(seed)
+
+        def rule(d: Decision, roles: list[str] = roles) -> Action | None | str:
+            if d.kind == "vote":
+                seen_votes.append(sum(1 for e in d.events if e.kind == "vote" and e.round == d.round))
+                return Action("vote", d.player)  # everyone votes for themself: an all-way tie
+            return None
+
+        game, result = scripted_game(seed, rule)
+        assert sum(result.format_errors) == 0  # self-votes are legal
+        first = next(e for e in result.events if e.kind == "vote")
+        assert "Tie between" in first.text and first.target is not None
+        eliminated.add(first.target)
+    assert set(seen_votes) == {0}  # no ballot of the day is visible while voting
+    assert len(eliminated) > 3  # the tie is broken at random
 
 
 def test_decisions_only_show_what_the_player_may_see() -> None:
@@ -182,4 +348,7 @@ def test_decisions_only_show_what_the_player_may_see() -> None:
             living_known = {q for q in d.known if q in d.alive and q != p}
             if role == VILLAGER:
                 assert not living_known  # a villager knows no living player's role
-            assert set(d.targets) <= set(d.alive) | {p} and p not in d.targets
+            if d.kind == "vote":
+                assert d.targets == d.alive  # self-votes are legal
+            else:
+                assert set(d.targets) <= set(d.alive) and p not in d.targets

@@ -65,19 +65,41 @@ def test_illegal_parsed_action_gets_the_fallback_and_a_penalty() -> None:
             return parse_action(self.text, d)
 
     game._agents = [Replies('{"action": "vote", "target": 0}')] + [Replies('{"action": "pass"}')] * 8
-    a = game.decide(0, "vote", game.living(exclude=0))  # voting for oneself is illegal
-    assert a == Action("pass") and game.format_errors[0] == 1
-    a = game.decide(1, "vote", game.living(exclude=1))
-    assert a == Action("pass") and game.format_errors[1] == 0
-    victim = game.decide(0, "wolf_kill", (3, 4))  # "vote" is not a night action: a seeded random victim
-    assert victim.kind == "kill" and victim.target in (3, 4) and game.format_errors[0] == 2
+    a = game.decide(0, "vote", game.living())  # voting for oneself is legal
+    assert a == Action("vote", 0) and game.format_errors[0] == 0
+    a = game.decide(1, "vote", game.living())  # passing is not: a random living player
+    assert a.kind == "vote" and a.target in game.living() and game.format_errors[1] == 1
+    victim = game.decide(0, "wolf_kill", (3, 4))  # "vote" is not a night action: a random victim
+    assert victim.kind == "kill" and victim.target in (3, 4) and game.format_errors[0] == 1
 
 
 def test_player_reward_team_result_plus_capped_penalty() -> None:
-    assert player_reward(True, 0) == {"reward": 1.0, "win": 1.0, "format_penalty": 0.0, "format_errors": 0.0}
+    assert player_reward(True, 0) == {"reward": 1.0, "win": 1.0, "format_penalty": 0.0, "format_errors": 0.0,
+                                      "vote_bonus": 0.0}
     assert player_reward(False, 2)["reward"] == pytest.approx(-2 * FORMAT_PENALTY)
     assert player_reward(True, 100)["reward"] == pytest.approx(1.0 - MAX_PENALTY)
     assert player_reward(True, 100)["reward"] > player_reward(False, 0)["reward"]
+
+
+def test_vote_shaping_pays_the_fraction_of_votes_on_the_other_side_never_for_dying() -> None:
+    assert player_reward(False, 0, votes=4, vote_hits=1, vote_shaping=0.5)["vote_bonus"] == pytest.approx(0.125)
+    assert player_reward(False, 0, votes=0, vote_hits=0, vote_shaping=0.5)["reward"] == 0.0  # died before voting
+    assert player_reward(True, 0, votes=3, vote_hits=0, vote_shaping=0.5)["reward"] == 1.0
+    best_loser = player_reward(False, 0, votes=2, vote_hits=2, vote_shaping=0.5)["reward"]
+    assert best_loser <= player_reward(True, 0, votes=2, vote_hits=0, vote_shaping=0.5)["reward"]
+    with pytest.raises(ValueError, match="vote_shaping"):
+        player_reward(True, 0, vote_shaping=0.8)
+
+
+def test_vote_record_counts_ballots_on_the_other_side() -> None:
+    from experiments.werewolves.game import SETUP, Event
+    from experiments.werewolves.reward import vote_record
+
+    roles = list(SETUP)  # 0-2 wolves
+    events = [Event(1, "day", "vote", "Votes: 0->3, 3->0, 4->1, 5->5. Tie between 0, 3, broken at random. "
+                                      "Player 3 is eliminated.", target=3)]
+    result = GameResult("wolves", 1, False, [0] * 9, [0] * 9, [True] * 9, events)
+    assert vote_record(result, roles) == {0: (1, 1), 3: (1, 1), 4: (1, 1), 5: (1, 0)}
 
 
 def test_side_reward_averages_the_trainable_players() -> None:
@@ -87,7 +109,8 @@ def test_side_reward_averages_the_trainable_players() -> None:
     errors[wolves[0]] = 3
     result = GameResult("wolves", 3, False, errors, [5] * 9, [True] * 9, [])
     parts = side_reward(result, roles, "wolves", wolves)
-    assert parts == pytest.approx({"reward": 1 - 0.1, "win": 1.0, "format_penalty": -0.1, "rounds": 3.0})
+    assert parts == pytest.approx({"reward": 1 - 0.1, "win": 1.0, "format_penalty": -0.1, "vote_bonus": 0.0,
+                                   "rounds": 3.0})
     village = [i for i in range(9) if i not in wolves]
     assert side_reward(result, roles, "village", village)["reward"] == 0.0
     assert side_reward(result, roles, "village", [])["win"] == 0.0

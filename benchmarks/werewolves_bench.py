@@ -1,0 +1,289 @@
+"""Benchmark (the learning proof): eval win rate of the trained werewolves side before and after training.
+
+Runs the CPU default of ``python -m flows.train +task=werewolves`` (composed from ``conf/``: the
+tiny model on the hf backend, LoRA GRPO, the trained village against the heuristic wolves) with
+the same pieces the flow uses (pool, backend, gateway on 127.0.0.1, client workers, Trainer), in
+three phases:
+
+1. eval: ``--eval-games`` games on held-out seeds (``EVAL_SEED_BASE + i``, never used for
+   training; their episodes are ``type=eval`` and never trained) at policy version 0;
+2. train: workers play training seeds while the trainer leases batches and updates, for
+   ``--minutes`` of wall time (or ``--updates``);
+3. eval again on the same seeds with the trained policy.
+
+Printed: the baselines on the same seeds without any model (random-legal choices for the trained
+decisions, the rest by the rules; and the all-heuristic village), the per-update training win
+rate, then the eval win rates, the 95% CI of the gain (paired by seed: a normal interval over the
+per-seed differences), the wall and process CPU minutes, and the eval format-error rate. A PNG
+curve (training win rate per update, eval points, baselines) goes to ``--png``; ``--json`` writes
+every number.
+
+    /work/bin/wt-env python benchmarks/werewolves_bench.py [--minutes 22] [--eval-games 128] [overrides ...]
+
+Extra arguments are Hydra overrides of the run config (e.g. ``task.options.vote_shaping=0``).
+The last line is ``werewolves: eval win rate <A>% -> <B>% (<n> games each, 95% CI of the gain
+<lo>..<hi> points), <m> min, format errors <f>%``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+EVAL_SEED_BASE = 900_000_000  # training seeds are seed * 1_000_000 + k (k < 1e6): disjoint
+
+
+def compose(overrides: list[str], out_dir: str) -> dict[str, Any]:
+    """The resolved run config of ``flows.train +task=werewolves <overrides>``."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        cfg = hydra_compose("train", overrides=["+task=werewolves", f"train.out_dir={out_dir}",
+                                                f"pool.url=sqlite:///{out_dir}/pool.db", *overrides])
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(resolved, dict)
+    return resolved
+
+
+def worker_cfg(url: str, task: dict[str, Any], seed: int, workers: int, **kw: Any) -> Any:
+    from swarm.client import WorkerConfig
+
+    return WorkerConfig(server=url, task="werewolves", workers=workers, group_size=int(task["group_size"]),
+                        temperature=float(task["temperature"]), max_tokens=int(task["max_tokens"]),
+                        episode_timeout_s=float(task["episode_timeout_s"]), seed=seed,
+                        options=dict(task.get("options") or {}), **kw)
+
+
+def game_stats(pool: Any, episode_type: str, since: float, group_ids: set[str] | None = None
+               ) -> dict[str, dict[str, float]]:
+    """group id -> {win, format_errors, calls} of the trainable seats, for finished episodes since ``since``."""
+    from swarm.pool import StepFilter
+    from swarm.records import EpisodeStatus, EpisodeType
+
+    eps = pool.query_episodes(StepFilter(episode_type=EpisodeType(episode_type), episode_status=EpisodeStatus.finished,
+                                         since=since), limit=1_000_000)
+    out: dict[str, dict[str, float]] = {}
+    for ep in eps:
+        if group_ids is not None and ep.group_id not in group_ids:
+            continue
+        m = (ep.metadata or {}).get("metrics") or {}
+        g = out.setdefault(ep.episode_id if group_ids is None else ep.group_id,
+                           {"win": float(m.get("win", 0.0)), "format_errors": 0.0, "calls": 0.0})
+        g["format_errors"] += float(m.get("format_errors", 0.0))
+        g["calls"] += float(m.get("calls", 0.0))
+    return out
+
+
+def evaluate(url: str, pool: Any, task: dict[str, Any], games: int, workers: int) -> dict[str, Any]:
+    """Play ``games`` eval games (one per held-out seed); per-seed wins and the format-error rate."""
+    from swarm.client import run_worker
+
+    t0 = time.time() - 1.0
+    cfg = worker_cfg(url, {**task, "group_size": 1}, EVAL_SEED_BASE, workers, eval_every=1, max_groups=games)
+    stats = run_worker(cfg)
+    if stats["failed"]:
+        raise RuntimeError(f"{stats['failed']} eval games failed")
+    ids = {f"werewolves-{EVAL_SEED_BASE + i}" for i in range(games)}
+    per = game_stats(pool, "eval", t0, ids)
+    if len(per) != games:
+        raise RuntimeError(f"expected {games} eval games, found {len(per)}")
+    calls = sum(g["calls"] for g in per.values())
+    return {"wins": {gid: per[gid]["win"] for gid in sorted(per)},
+            "win_rate": statistics.fmean(g["win"] for g in per.values()),
+            "format_error_rate": sum(g["format_errors"] for g in per.values()) / calls if calls else 0.0,
+            "calls_per_game": calls / games}
+
+
+def paired_gain_ci(before: dict[str, float], after: dict[str, float], z: float = 1.96) -> tuple[float, float, float]:
+    """(gain, lo, hi) in points: mean per-seed difference and its normal 95% interval."""
+    diffs = [after[k] - before[k] for k in before]
+    mean = statistics.fmean(diffs)
+    half = z * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("inf")
+    return 100 * mean, 100 * (mean - half), 100 * (mean + half)
+
+
+def baselines(task: dict[str, Any], games: int) -> dict[str, float]:
+    """Village win rates on the eval seeds with no model: random-legal trained decisions, and all heuristic."""
+    from experiments.werewolves import Game, HeuristicPlayer, WerewolvesOptions, deal_roles
+    from experiments.werewolves.game import Action, side_of
+
+    opts = WerewolvesOptions.from_options(task.get("options"))
+
+    class RandomLegal(HeuristicPlayer):
+        def act(self, d: Any) -> Action:
+            if d.kind not in opts.llm_decisions or d.kind in ("speak", "last_words"):
+                return super().act(d)
+            kind = self.rng.choice(d.actions)
+            return Action(kind, self.rng.choice(d.targets) if d.targets else None)
+
+    out = {}
+    for name, cls in (("random_legal", RandomLegal), ("heuristic", HeuristicPlayer)):
+        wins = 0
+        for i in range(games):
+            seed = EVAL_SEED_BASE + i
+            roles = deal_roles(seed)
+            agents = [cls(p, seed) if side_of(r) == opts.trainable_side else HeuristicPlayer(p, seed)
+                      for p, r in enumerate(roles)]
+            wins += Game(roles, seed, opts.max_rounds, opts.day_discussion).play(agents).winner == opts.trainable_side
+        out[name] = wins / games
+    return out
+
+
+def plot(path: Path, curve: list[dict[str, float]], evals: list[tuple[float, float]], base: dict[str, float]) -> None:
+    """Training win rate per update (moving mean over 10), eval points and the baselines, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [r["minute"] for r in curve]
+    wins = [r["win"] for r in curve]
+    smooth = [statistics.fmean(wins[max(0, i - 9):i + 1]) for i in range(len(wins))]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(xs, [100 * w for w in smooth], label="training games (moving mean of 10 updates)")
+    ax.plot([m for m, _ in evals], [100 * w for _, w in evals], "o-", label="eval win rate (held-out seeds)")
+    ax.axhline(100 * base["random_legal"], ls="--", c="gray", label="random-legal votes")
+    ax.axhline(100 * base["heuristic"], ls=":", c="black", label="heuristic village")
+    ax.set_xlabel("minutes (wall, 2 shared CPU cores)")
+    ax.set_ylabel("village win rate vs heuristic wolves (%)")
+    ax.set_title("werewolves: tiny model (1.2M) trained village")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run(minutes: float, updates: int | None, eval_games: int, workers: int, overrides: list[str],
+        png: Path | None = None, json_path: Path | None = None, log: Any = print) -> dict[str, Any]:
+    """The whole benchmark; returns every number (see the module docstring)."""
+    from flows.components import gateway_settings, lora_spec, make_backend, make_pool, make_train_config, \
+        trainer_model_path
+    from swarm import loop
+    from swarm.client import run_worker
+    from swarm.stack import start_stack
+    from swarm.train import Trainer, items_from_steps
+
+    t_start, cpu_start = time.time(), time.process_time()
+    out_dir = tempfile.mkdtemp(prefix="werewolves-bench-")
+    cfg = compose(overrides, out_dir)
+    task, algo = cfg["task"], cfg["algo"]
+    base = baselines(task, eval_games)
+    log(f"baselines on the {eval_games} eval seeds (no model): random-legal {100 * base['random_legal']:.1f}%, "
+        f"heuristic village {100 * base['heuristic']:.1f}%")
+    pool = make_pool(cfg["pool"])
+    policy = cfg["policies"][0]
+    backend = make_backend(cfg["model"], [policy], lora_spec(algo))
+    tc = make_train_config(algo, float(task["temperature"]), pad_id=int(backend.tokenizer.pad_token_id or 0))
+    trainer = Trainer.from_pretrained(trainer_model_path(cfg["model"]), tc, policy=policy, backend=backend,
+                                      out_dir=Path(out_dir))
+    stack = start_stack(pool, backend, gateway_settings(cfg["gateway"]))
+    curve: list[dict[str, float]] = []
+    evals: list[tuple[float, float]] = []
+    try:
+        t0 = time.time()
+        before = evaluate(stack.url, pool, task, eval_games, workers)
+        evals.append((0.0, before["win_rate"]))
+        log(f"eval before: {100 * before['win_rate']:.1f}% ({eval_games} games, {time.time() - t0:.0f}s, "
+            f"{before['calls_per_game']:.1f} calls/game, format errors {100 * before['format_error_rate']:.1f}%)")
+        stop = threading.Event()
+        wcfg = worker_cfg(stack.url, task, int(cfg["seed"]) * 1_000_000, workers)
+        worker = threading.Thread(target=run_worker, args=(wcfg, stop), daemon=True)
+        t_train = time.time()
+        worker.start()
+        deadline = t_train + 60 * minutes
+        flt_kw = {"nonzero_variance": cfg["batching"]["strategy"] == "groups_var"}
+        while (updates is None or len(curve) < updates) and time.time() < deadline:
+            flt = loop.trainable_filter(policy, trainer.version, cfg["train"]["max_staleness"], **flt_kw)
+            decision = loop.wait_for_batch(pool, flt, cfg["batching"]["strategy"],
+                                           min_episodes=int(cfg["batching"]["min_episodes"]),
+                                           min_groups=int(cfg["batching"]["min_groups"]),
+                                           group_size=int(task["group_size"]), timeout_s=600)
+            lease = loop.lease_batch(pool, flt, decision, float(cfg["train"]["lease_ttl_s"]))
+            if not lease.steps:
+                continue
+            games = {}
+            for s in lease.steps:
+                games.setdefault(s.group_id, set()).add(s.episode_id)
+            wins = [float((pool.get_episode(e).metadata or {}).get("metrics", {}).get("win", 0.0))
+                    for eps in games.values() for e in eps]
+            items = items_from_steps(lease.steps, group_by=algo.get("group_by", "group"),
+                                     scale_std=bool(algo.get("scale_std", True)))
+            m = trainer.update(items)
+            record, _ = trainer.publish()
+            pool.add_policy_version(record)
+            pool.ack(lease.lease_id, trainer.version)
+            row = {"update": float(trainer.version), "minute": (time.time() - t_train) / 60,
+                   "win": statistics.fmean(wins), "steps": float(len(lease.steps)),
+                   "loss": float(m.get("train/loss", 0.0))}
+            curve.append(row)
+            if trainer.version % 10 == 0:
+                recent = statistics.fmean(r["win"] for r in curve[-10:])
+                log(f"update {trainer.version}: {row['minute']:.1f} min, training win rate (last 10 updates) "
+                    f"{100 * recent:.1f}%, {len(lease.steps)} steps")
+        stop.set()
+        worker.join(120)
+        train_min = (time.time() - t_train) / 60
+        t1 = time.time()
+        after = evaluate(stack.url, pool, task, eval_games, workers)
+        evals.append((train_min, after["win_rate"]))
+        log(f"eval after {trainer.version} updates: {100 * after['win_rate']:.1f}% ({time.time() - t1:.0f}s, "
+            f"format errors {100 * after['format_error_rate']:.1f}%)")
+    finally:
+        stack.stop()
+        pool.close()
+    gain, lo, hi = paired_gain_ci(before["wins"], after["wins"])
+    result = {"before": before["win_rate"], "after": after["win_rate"], "games": eval_games, "gain": gain,
+              "ci": [lo, hi], "minutes": (time.time() - t_start) / 60,
+              "cpu_minutes": (time.process_time() - cpu_start) / 60, "train_minutes": train_min,
+              "updates": trainer.version,
+              "format_error_rate": (before["format_error_rate"] + after["format_error_rate"]) / 2,
+              "baselines": base, "curve": curve, "overrides": overrides, "seed": cfg["seed"],
+              "load_avg": os.getloadavg()}
+    if png is not None:
+        plot(png, curve, evals, base)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=22.0, help="training wall-time budget")
+    ap.add_argument("--updates", type=int, default=None, help="stop after this many updates (default: time only)")
+    ap.add_argument("--eval-games", type=int, default=128)
+    ap.add_argument("--workers", type=int, default=8, help="concurrent games")
+    ap.add_argument("--png", type=Path, default=REPO / "docs" / "img" / "werewolves_curve.png")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    args, overrides = ap.parse_known_args()
+    random.seed(args.seed)
+    r = run(args.minutes, args.updates, args.eval_games, args.workers, [f"seed={args.seed}", *overrides],
+            args.png, args.json)
+    print(f"cpu {r['cpu_minutes']:.1f} min (process), load average {r['load_avg'][0]:.1f} at the end "
+          f"(a 2-core machine shared with other work)")
+    print(f"werewolves: eval win rate {100 * r['before']:.1f}% -> {100 * r['after']:.1f}% ({r['games']} games each, "
+          f"95% CI of the gain {r['ci'][0]:.1f}..{r['ci'][1]:.1f} points), {r['minutes']:.1f} min, "
+          f"format errors {100 * r['format_error_rate']:.1f}%")
+
+
+if __name__ == "__main__":
+    main()
