@@ -33,28 +33,33 @@ class AnnotateMixin:
     """Rewards, events, labels, policy versions and stats for :class:`swarm.pool.store.Pool`."""
 
     def set_reward(
-        self, *, episode_id: str | None = None, step_id: str | None = None, reward: float, final: bool = True
-    ) -> None:
-        """Set an episode's or a step's reward, at any time (late rewards are welcome)."""
+        self, *, episode_id: str | None = None, step_id: str | None = None, reward: float, final: bool = True,
+        keep_final: bool = False,
+    ) -> bool:
+        """Set an episode's or a step's reward, at any time (late rewards are welcome).
+
+        With ``keep_final`` a reward that is already final stays as it is (the caller keeps the
+        late one as an event); returns whether the reward was set.
+        """
         if (episode_id is None) == (step_id is None):
             raise ValidationError("set_reward needs exactly one of episode_id and step_id")
         check_reward(reward, "reward")
         status = (RewardStatus.final if final else RewardStatus.pending).value
+        table, col, ident = (S, S.c.step_id, step_id) if step_id is not None else (E, E.c.episode_id, episode_id)
+        values: dict[str, Any] = {"reward": float(reward), "reward_status": status}
+        if table is E:
+            values["updated_at"] = now()
+        where = [col == ident]
+        if keep_final:
+            where.append(table.c.reward_status != RewardStatus.final.value)
         with self._tx(write=True) as c:
-            if step_id is not None:
-                res = c.execute(
-                    S.update().where(S.c.step_id == step_id).values(reward=float(reward), reward_status=status)
-                )
-                if res.rowcount != 1:
-                    raise NotFoundError("no such step", step_id=step_id)
-            else:
-                res = c.execute(
-                    E.update()
-                    .where(E.c.episode_id == episode_id)
-                    .values(reward=float(reward), reward_status=status, updated_at=now())
-                )
-                if res.rowcount != 1:
-                    raise NotFoundError("no such episode", episode_id=episode_id)
+            res = c.execute(table.update().where(*where).values(**values))
+            if res.rowcount == 1:
+                return True
+            if c.execute(sa.select(col).where(col == ident)).first() is None:
+                what = "step" if table is S else "episode"
+                raise NotFoundError(f"no such {what}", **{f"{what}_id": ident})
+            return False
 
     def add_event(self: Pool, ev: Event) -> str:
         """Store an event or feedback; a ``reward`` event also sets the (final) reward."""
@@ -82,9 +87,9 @@ class AnnotateMixin:
                     "record": ev.model_dump(mode="json"),
                 },
             )
-        if ev.kind == "reward":
+        if ev.kind == "reward":  # a final reward is kept; a later one stays in the history as this event
             target = {"step_id": ev.step_id} if ev.step_id is not None else {"episode_id": ev.episode_id}
-            self.set_reward(**target, reward=ev.value, final=True)
+            self.set_reward(**target, reward=ev.value, final=True, keep_final=True)
         return ev.event_id
 
     def events(self: Pool, episode_id: str | None = None, step_id: str | None = None) -> list[Event]:
