@@ -49,17 +49,14 @@ class AnnotateMixin:
         values: dict[str, Any] = {"reward": float(reward), "reward_status": status}
         if table is E:
             values["updated_at"] = now()
-        where = [col == ident]
-        if keep_final:
-            where.append(table.c.reward_status != RewardStatus.final.value)
+        what = "step" if table is S else "episode"
         with self._tx(write=True) as c:
-            res = c.execute(table.update().where(*where).values(**values))
-            if res.rowcount == 1:
-                return True
-            if c.execute(sa.select(col).where(col == ident)).first() is None:
-                what = "step" if table is S else "episode"
+            if keep_final and _final_now(c, table, ident):
+                return False
+            res = c.execute(table.update().where(col == ident).values(**values))
+            if res.rowcount != 1:
                 raise NotFoundError(f"no such {what}", **{f"{what}_id": ident})
-            return False
+            return True
 
     def add_event(self: Pool, ev: Event) -> str:
         """Store an event or feedback; a ``reward`` event also sets the (final) reward."""
@@ -224,3 +221,18 @@ class AnnotateMixin:
                     )
                 },
             }
+
+
+def _final_now(c: sa.Connection, table: sa.Table, ident: str) -> bool:
+    """Whether a step's effective reward (its own, else its episode's) or an episode's reward is final."""
+    final = RewardStatus.final.value
+    if table is E:
+        return c.execute(sa.select(E.c.reward_status).where(E.c.episode_id == ident)).scalar() == final
+    row = c.execute(
+        sa.select(S.c.reward, S.c.reward_status, E.c.reward_status.label("ep_status"))
+        .select_from(S.join(E, E.c.episode_id == S.c.episode_id))
+        .where(S.c.step_id == ident)
+    ).first()
+    if row is None:
+        return False
+    return (row.reward_status if row.reward is not None else row.ep_status) == final
