@@ -74,11 +74,11 @@ def test_unstorable_inputs_are_400_before_any_write(gw: Any) -> None:
     r = gw.post("/v1/episodes", None, content=b'{"task": "t", "metadata": {"x": NaN}}',
                 headers={"Content-Type": "application/json"})
     assert r.status_code == 400
-    for path in (f"/v1/pool/steps?task=a%00b", "/v1/pool/episodes/ep%00x", f"/v1/pool/steps?max_length={2**31}",
+    for path in ("/v1/pool/steps?task=a%00b", "/v1/pool/episodes/ep%00x", f"/v1/pool/steps?max_length={2**31}",
                  f"/v1/pool/steps?current_version={2**40}&max_staleness=0"):
         r = gw.http.get(path, headers=ADMIN)
         assert r.status_code == 400, (path, r.text)
-    assert gw.post(f"/v1/episodes/ep%00x/heartbeat", key).status_code == 400
+    assert gw.post("/v1/episodes/ep%00x/heartbeat", key).status_code == 400
     # nothing was stored, and every read still works for everyone
     assert gw.pool.count_steps() == 0 and len(gw.pool.query_episodes(StepFilter())) == 1
     assert gw.http.get("/v1/pool/episodes", headers=ADMIN).status_code == 200
