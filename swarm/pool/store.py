@@ -38,6 +38,7 @@ from swarm.pool.rows import digest, to_episode, to_step
 from swarm.pool.schema import blocks as B
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import steps as S
+from swarm.pool.settle import SettleMixin
 from swarm.records import Episode, EpisodeStatus, RewardStatus, Step, now
 
 _clock = now  # abandon_stale's parameter is called ``now``
@@ -52,7 +53,7 @@ _ORDERS = {
 }
 
 
-class Pool(AnnotateMixin, LeaseMixin, ExportMixin):
+class Pool(AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin):
     """The data pool on SQLite (``sqlite:///file.db``) or PostgreSQL (``postgresql+psycopg://``).
 
     ``block_size`` is the token block length of the content-addressed store; steps written
