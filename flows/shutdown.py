@@ -37,16 +37,32 @@ class StopSignal:
     def __init__(self) -> None:
         self.event = threading.Event()
         self.signum: int | None = None
+        self._previous: dict[int, object] = {}
 
     def install(self) -> threading.Event:
-        """Handle SIGINT and SIGTERM in this process (main thread only; elsewhere a no-op)."""
+        """Handle SIGINT and SIGTERM in this process (main thread only; elsewhere a no-op).
+
+        Returns the event to watch: a fresh one unless a signal already arrived (a flow run sets
+        its stop event when it ends, so the next run in this process must not inherit it).
+        """
+        if self.signum is None and self.event.is_set():
+            self.event = threading.Event()
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, self._handle)
+                old = signal.signal(sig, self._handle)
+                if old is not self._handle:
+                    self._previous.setdefault(sig, old)
         return self.event
 
+    def restore(self) -> None:
+        """Put back the handlers that were there before :meth:`install` (e.g. pytest's)."""
+        if threading.current_thread() is threading.main_thread():
+            for sig, old in self._previous.items():
+                signal.signal(sig, old)
+        self._previous = {}
+
     def _handle(self, signum: int, frame: object) -> None:
-        if self.event.is_set():
+        if self.signum is not None:
             os._exit(128 + signum)  # asked twice: stop now, no cleanup (the checkpoint is atomic)
         self.signum = signum
         self.event.set()

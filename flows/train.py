@@ -42,6 +42,7 @@ from swarm.pool import Lease, Pool
 from swarm.stack import start_stack
 from swarm.train import Ledger, Trainer, distributed, items_from_steps
 from swarm.train import quarantine as quarantine_mod
+from swarm.train.faults import crash_point
 
 __all__ = ["train_flow", "run_update", "follow_flow", "main"]
 
@@ -124,9 +125,11 @@ def run_update(pool: Pool, trainer: Trainer, cfg: dict[str, Any], stop: threadin
     metrics = loop.batch_metrics(steps, trainer.version)
     metrics["pool/quarantined"] = float(n_bad)
     metrics.update(update_task(trainer, steps, cfg["algo"]))
+    crash_point("after_update")
     commit = ledger.due() or stop.is_set()  # this update ends at a checkpoint: keep its adapter
     metrics.update(publish_task(trainer, pool, commit))
     ledger.trained(lease.lease_id, [s.step_id for s in steps])
+    crash_point("after_publish")
     if commit:
         checkpoint_task(ledger, run_id)
     wall = time.perf_counter() - t0
@@ -230,6 +233,7 @@ def train_flow(cfg: dict[str, Any]) -> dict[str, Any]:
             tracking.mlflow.log_dict({"per_update": merge_rows}, "merge_stats.json")
             tracking.mlflow.end_run(status)
             pool.close()
+            shutdown.STOP.restore()
         summary = console.summary(history, run.info.run_id, status)
     return summary
 

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from swarm.errors import LeaseError
+from swarm.train import journal
+from swarm.train.faults import crash_point
 from swarm.train.publish import save_adapter
 
 __all__ = ["Ledger"]
@@ -49,9 +51,19 @@ class Ledger:
         """Whether there is anything a checkpoint would add."""
         return bool(self.pending) or self.trainer.updates != self.last_commit
 
+    @property
+    def journal_path(self) -> Path | None:
+        """``out_dir/checkpoints/<policy>/journal.jsonl`` (see :mod:`swarm.train.journal`)."""
+        tr = self.trainer
+        return None if tr.out_dir is None else tr.out_dir / "checkpoints" / tr.policy / "journal.jsonl"
+
     def trained(self, lease_id: str, step_ids: list[str]) -> None:
         """Record an update's lease and trained steps (after publish; settled at the next commit)."""
         self.pending.append((lease_id, list(step_ids), int(self.trainer.version)))
+        if self.journal_path is not None:
+            journal.append(self.journal_path, {"event": "update", "update": self.trainer.updates,
+                                               "version": self.trainer.version, "lease_id": lease_id,
+                                               "steps": list(step_ids)})
 
     def renew(self) -> None:
         """Keep the pending leases reserved (call right before leasing again)."""
@@ -73,8 +85,10 @@ class Ledger:
             adapter = tr.out_dir / "adapters" / tr.policy / f"v{tr.version:06d}"
             if not adapter.exists():
                 save_adapter(tr.model, adapter, policy=tr.policy, version=tr.version)
+        crash_point("after_checkpoint")
         for lease_id, ids, version in self.pending:
             self.pool.settle(lease_id, ids, version)
+        crash_point("after_settle")
         self.pending = []
         self.last_commit = tr.updates
         return ckpt, adapter
@@ -100,6 +114,8 @@ class Ledger:
                 except LeaseError:
                     pass  # acked before the restart, or expired (the old format cannot settle)
         self.last_commit = tr.updates
+        if self.journal_path is not None and (extra is not None or self.journal_path.exists()):
+            journal.append(self.journal_path, {"event": "resume", "update": tr.updates})
         latest = self.pool.latest_version(tr.policy)
         if latest > tr.version:  # versions after the checkpoint were served: never reuse a number
             tr.version = latest
