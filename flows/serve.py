@@ -37,9 +37,14 @@ def serve(cfg: DictConfig) -> None:
     c: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     gw = c["gateway"]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    settings = gateway_settings(gw)
+    try:
+        settings.check_bind(str(gw["host"]))
+    except ValueError as exc:
+        raise SystemExit(f"swarm-serve: {exc}") from None
     pool = make_pool(c["pool"])
     backend = make_backend(c["model"], list(c.get("policies") or ["default"]), None)
-    app = create_app(pool, backend, gateway_settings(gw))
+    app = create_app(pool, backend, settings)
     if float(gw.get("follow_versions_s") or 0) > 0:  # a gateway beside the trainer's: follow its publishes
         from swarm.policy.fleet import VersionFollower
 
@@ -52,6 +57,7 @@ def serve(cfg: DictConfig) -> None:
     sock.bind((gw["host"], int(gw["port"])))
     host, port = sock.getsockname()[:2]
     print(f"swarm gateway on http://{host}:{port} (policies {backend.policies()}, pool {pool.url})", flush=True)
+    print(f"access: {settings.access_summary()}", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level=gw.get("log_level", "warning"), access_log=False,
                                            timeout_graceful_shutdown=5))
     server.run(sockets=[sock])

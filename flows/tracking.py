@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +35,25 @@ def flatten(cfg: Any, prefix: str = "") -> dict[str, str]:
 
 
 def open_run(uri: str | None, experiment: str, run_name: str, config: dict[str, Any],
-             nested: bool = False, parent_run_id: str | None = None) -> mlflow.ActiveRun:
+             nested: bool = False, parent_run_id: str | None = None,
+             continue_run_id: str | None = None) -> mlflow.ActiveRun:
     """Start the run, log params and the resolved config; the caller ends it (``with``).
 
     ``nested``: a child of the active run; ``parent_run_id``: a child of that run (another process).
+    ``continue_run_id``: reopen that run (a resumed training run keeps one history) when it
+    exists in this tracking store; its params stay, the new config is logged as an artifact.
     """
     mlflow.set_tracking_uri(tracking_uri(uri))
     mlflow.set_experiment(experiment)
+    if continue_run_id is not None:
+        try:
+            mlflow.tracking.MlflowClient().get_run(continue_run_id)
+        except mlflow.exceptions.MlflowException:
+            continue_run_id = None  # another tracking store: start a new run
+    if continue_run_id is not None:
+        run = mlflow.start_run(run_id=continue_run_id, nested=nested)
+        mlflow.log_dict(config, f"config-resumed-{int(time.time())}.json")
+        return run
     run = mlflow.start_run(run_name=run_name, nested=nested, parent_run_id=parent_run_id)
     mlflow.log_params(flatten(config))
     mlflow.log_dict(config, "config.json")

@@ -2,15 +2,20 @@
 
 Composes ``conf/train.yaml``, opens one MLflow run, starts the pool, the policy backend and the
 gateway, runs client workers as Prefect tasks and loops: wait for the batching strategy ->
-lease -> merge + update -> publish -> checkpoint -> ack -> log. Stops after ``train.updates``
-updates or on Ctrl-C, leaving the pool (unacked leases expire back) and the MLflow run consistent.
-Every stage is a Prefect task wrapping a plain ``swarm`` function.
+lease -> quarantine unusable steps -> merge + update -> publish -> log, and every
+``train.checkpoint_every`` updates: checkpoint -> settle the leases it contains
+(:class:`swarm.train.Ledger`, docs/reliability.md). ``train.updates`` is a total: a resumed run
+continues from its last checkpoint ("resuming from update k") and the same MLflow run.
+Ctrl-C / SIGTERM finish the current update, checkpoint, end the MLflow run KILLED and exit
+130 / 143 (:mod:`flows.shutdown`). Every stage is a Prefect task wrapping a plain ``swarm`` function.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,7 +27,7 @@ from prefect import flow, task
 from prefect.cache_policies import NONE
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows import console, tracking
+from flows import console, shutdown, tracking
 from flows.components import (
     gateway_settings,
     lora_spec,
@@ -33,10 +38,11 @@ from flows.components import (
 )
 from flows.workers import start_workers
 from swarm import loop
-from swarm.errors import LeaseError
 from swarm.pool import Lease, Pool
 from swarm.stack import start_stack
-from swarm.train import Trainer, distributed, items_from_steps
+from swarm.train import Ledger, Trainer, distributed, items_from_steps
+from swarm.train import quarantine as quarantine_mod
+from swarm.train.faults import crash_point
 
 __all__ = ["train_flow", "run_update", "follow_flow", "main"]
 
@@ -62,23 +68,47 @@ def update_task(trainer: Trainer, steps: list, algo: dict[str, Any]) -> dict[str
 
 
 @task(name="publish", cache_policy=NONE)
-def publish_task(trainer: Trainer, pool: Pool) -> dict[str, float]:
-    record, metrics = trainer.publish()
+def publish_task(trainer: Trainer, pool: Pool, save: bool = True) -> dict[str, float]:
+    record, metrics = trainer.publish(save=save)
     pool.add_policy_version(record)
     return metrics
 
 
-@task(name="ack", cache_policy=NONE, retries=2, retry_delay_seconds=1)
-def ack_task(pool: Pool, lease_id: str, version: int) -> int:
-    return pool.ack(lease_id, version)
+@task(name="checkpoint", cache_policy=NONE)
+def checkpoint_task(ledger: Ledger, run_id: str | None) -> Any:
+    """Commit a checkpoint with the pending leases, then settle them; log its adapter to MLflow."""
+    done = ledger.commit({"mlflow_run_id": run_id})
+    if done is not None and done[1] is not None and run_id is not None:
+        tracking.log_dir(done[1], f"adapters/{ledger.trainer.policy}/{done[1].name}")
+    return done
+
+
+def _lease_usable(pool: Pool, trainer: Trainer, flt: Any, decision: Any, ttl_s: float,
+                  ledger: Ledger | None) -> tuple[Lease, list, int]:
+    """Lease a batch and quarantine what the model cannot take: (lease, usable steps, quarantined)."""
+    if ledger is not None:
+        ledger.renew()  # our own lease must never take back steps we trained but did not settle yet
+    lease = lease_task(pool, flt, decision, ttl_s)
+    steps, bad = quarantine_mod.usable(lease.steps, *quarantine_mod.limits_of(trainer.model))
+    if bad:
+        quarantine_mod.quarantine(pool, bad)
+        if not steps:
+            pool.settle(lease.lease_id, [], trainer.version)  # close it; the labels keep them out
+    return lease, steps, len(bad)
 
 
 def run_update(pool: Pool, trainer: Trainer, cfg: dict[str, Any], stop: threading.Event,
-               progress: Any = None, stack: Any = None) -> tuple[dict[str, float], list] | None:
-    """One committed update of one policy; returns its metrics and the trained steps (None: stopped)."""
+               progress: Any = None, stack: Any = None, ledger: Ledger | None = None,
+               run_id: str | None = None) -> tuple[dict[str, float], list] | None:
+    """One update of one policy; returns its metrics and the trained steps (None: stopped).
+
+    With a ``ledger`` the update is committed at the next checkpoint (every k updates, or now
+    when stopping); without one it is checkpointed and settled at once.
+    """
     t0 = time.perf_counter()
     flt = loop.trainable_filter(trainer.policy, trainer.version, cfg["train"]["max_staleness"],
                                 nonzero_variance=cfg["batching"]["strategy"] == "groups_var")
+    ledger = ledger or Ledger(trainer, pool, every=1, ttl_s=float(cfg["train"]["lease_ttl_s"]))
     while True:  # an empty lease (the groups went to another trainer first) means: wait again
         decision = wait_task(pool, flt, cfg["batching"], int(cfg["task"]["group_size"]),
                              float(cfg["train"]["batch_timeout_s"]), progress, stop,
@@ -87,31 +117,31 @@ def run_update(pool: Pool, trainer: Trainer, cfg: dict[str, Any], stop: threadin
             return None
         if stack is not None and cfg["batching"]["strategy"] in ("any_agree", "all_agree"):
             stack.take_agreements()
-        lease = lease_task(pool, flt, decision, float(cfg["train"]["lease_ttl_s"]))
-        if lease.steps:
+        lease, steps, n_bad = _lease_usable(pool, trainer, flt, decision, float(cfg["train"]["lease_ttl_s"]),
+                                            ledger)
+        if steps:
             break
     t_wait = time.perf_counter() - t0
-    metrics = loop.batch_metrics(lease.steps, trainer.version)
-    metrics.update(update_task(trainer, lease.steps, cfg["algo"]))
-    metrics.update(publish_task(trainer, pool))
-    trainer.save_checkpoint(extra={"lease_id": lease.lease_id})  # the update is committed here
-    ack_task(pool, lease.lease_id, trainer.version)
+    metrics = loop.batch_metrics(steps, trainer.version)
+    metrics["pool/quarantined"] = float(n_bad)
+    metrics.update(update_task(trainer, steps, cfg["algo"]))
+    crash_point("after_update")
+    commit = ledger.due() or stop.is_set()  # this update ends at a checkpoint: keep its adapter
+    metrics.update(publish_task(trainer, pool, commit))
+    ledger.trained(lease.lease_id, [s.step_id for s in steps])
+    crash_point("after_publish")
+    if commit:
+        checkpoint_task(ledger, run_id)
     wall = time.perf_counter() - t0
     metrics.update({"time/wait_s": t_wait, "time/update_wall_s": wall,
-                    "throughput/steps_per_s": len(lease.steps) / max(wall, 1e-9)})
-    return metrics, lease.steps
+                    "throughput/steps_per_s": len(steps) / max(wall, 1e-9)})
+    return metrics, steps
 
 
-def _resume(trainer: Trainer, pool: Pool, backend: Any) -> None:
-    """Continue from the last committed update: restore weights, re-publish, ack its lease."""
-    extra = trainer.resume()
-    if extra is None:
-        return
-    backend.load_weights(trainer.policy, trainer.adapter_state(), trainer.version)
-    try:
-        pool.ack(extra["lease_id"], trainer.version)
-    except LeaseError:
-        pass  # already acked before the restart
+def _previous_run(out: Path) -> str | None:
+    """The MLflow run id an earlier attempt of this run directory logged to (None: first attempt)."""
+    f = out / "mlflow_run.json"
+    return json.loads(f.read_text()).get("run_id") if f.exists() else None
 
 
 @flow(name="swarm-train", task_runner=ThreadPoolTaskRunner(max_workers=64), validate_parameters=False,
@@ -130,12 +160,20 @@ def train_flow(cfg: dict[str, Any]) -> dict[str, Any]:
     device = distributed.local_device(str(cfg["train"].get("device", "cpu")))
     trainers = {p: Trainer.from_pretrained(path, tc, policy=p, backend=backend, out_dir=out, device=device)
                 for p in policies}
-    if cfg["train"].get("resume", True):
-        for tr in trainers.values():
-            _resume(tr, pool, backend)
+    ttl = float(cfg["train"]["lease_ttl_s"])
+    ledgers = {p: Ledger(tr, pool, every=int(cfg["train"].get("checkpoint_every", 10)), ttl_s=ttl)
+               for p, tr in trainers.items()}
+    resume = bool(cfg["train"].get("resume", True))
+    for led in ledgers.values():
+        led.resume(load=resume)
+    done = min(tr.updates for tr in trainers.values())
+    total = int(cfg["train"]["updates"])
+    if done:
+        print(f"resuming from update {done} (policy version {max(t.version for t in trainers.values())}); "
+              f"train.updates={total} is the total", flush=True)
     stack = start_stack(pool, backend, gateway_settings(cfg["gateway"]), host=cfg["gateway"]["host"],
                         port=int(cfg["gateway"]["port"]))
-    stop = threading.Event()
+    stop = shutdown.STOP.install()  # Prefect swapped in its own SIGTERM handler for the flow run
     procs: list[subprocess.Popen] = []
     runner = cfg["runner"]
     task_name = cfg["task"]["name"]
@@ -143,20 +181,23 @@ def train_flow(cfg: dict[str, Any]) -> dict[str, Any]:
     history: list[dict[str, float]] = []
     agree_every = int(cfg["batching"].get("agree_every", 0))
     mcfg = cfg["mlflow"]  # nested / parent_run_id: set by flows.campaign for sweep members
+    previous = _previous_run(out) if resume else None
     with tracking.open_run(mcfg["tracking_uri"], mcfg["experiment"], run_name, cfg, nested=bool(mcfg.get("nested")),
-                           parent_run_id=mcfg.get("parent_run_id")) as run:
+                           parent_run_id=mcfg.get("parent_run_id"), continue_run_id=previous) as run:
+        (out / "mlflow_run.json").write_text(json.dumps({"run_id": run.info.run_id}))
         futures = start_workers(runner, stack.url, cfg["task"], int(cfg["seed"]), agree_every, stop, procs)
         status = "FINISHED"
         t_eval = time.time()
         try:
-            with console.TrainProgress(int(cfg["train"]["updates"]), pool) as progress:
-                while len(history) < int(cfg["train"]["updates"]) and not stop.is_set():
+            with console.TrainProgress(max(total - done, 0), pool) as progress:
+                while min(tr.updates for tr in trainers.values()) < total and not stop.is_set():
                     row: dict[str, float] = {}
                     for policy, tr in trainers.items():
-                        done = run_update(pool, tr, cfg, stop, progress.on_poll, stack)
-                        if done is None:
+                        result = run_update(pool, tr, cfg, stop, progress.on_poll, stack, ledgers[policy],
+                                            run.info.run_id)
+                        if result is None:
                             break
-                        m, steps = done
+                        m, steps = result
                         row.update({k if len(trainers) == 1 else f"{k}/{policy}": v for k, v in m.items()})
                         _log_samples(steps, backend, policy, tr.version, int(cfg["mlflow"]["sample_trajectories"]))
                     if not row:
@@ -175,8 +216,12 @@ def train_flow(cfg: dict[str, Any]) -> dict[str, Any]:
             status = "FAILED"
             raise
         finally:
-            if status != "FAILED":  # torchrun: release the followers (on a failure torchrun ends them)
-                distributed.broadcast_batch(None)
+            if shutdown.STOP.signum is not None and status == "FINISHED":
+                status = "KILLED"
+            if status != "FAILED":  # a clean stop: published version = last checkpoint = last MLflow step
+                for led in ledgers.values():
+                    checkpoint_task(led, run.info.run_id)
+                distributed.broadcast_batch(None)  # torchrun: release the followers (on a failure torchrun ends them)
             stop.set()
             for p in procs:
                 if p.poll() is None:
@@ -184,12 +229,11 @@ def train_flow(cfg: dict[str, Any]) -> dict[str, Any]:
             for f in futures:
                 f.wait(30)
             stack.stop()
-            for tr in trainers.values():
-                tracking.log_dir(out / "adapters" / tr.policy, f"adapters/{tr.policy}")
             merge_rows = [{k: v for k, v in row.items() if k.startswith("merge/")} for row in history]
             tracking.mlflow.log_dict({"per_update": merge_rows}, "merge_stats.json")
             tracking.mlflow.end_run(status)
             pool.close()
+            shutdown.STOP.restore()
         summary = console.summary(history, run.info.run_id, status)
     return summary
 
@@ -225,6 +269,7 @@ def _log_samples(steps: list, backend: Any, policy: str, version: int, n: int) -
 
 @hydra.main(version_base=None, config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> None:
+    shutdown.STOP.install()  # Ctrl-C / SIGTERM: finish the update, checkpoint, exit 130 / 143
     # the progress bar and summary table are the console view; per-task-run lines are noise
     logging.getLogger("prefect.task_runs").setLevel(logging.WARNING)
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -241,7 +286,10 @@ def main(cfg: DictConfig) -> None:
         finally:
             distributed.shutdown()
         return
-    train_flow(resolved)
+    with shutdown.own_prefect_server():
+        train_flow(resolved)
+    if shutdown.STOP.exit_code is not None:
+        sys.exit(shutdown.STOP.exit_code)
 
 
 if __name__ == "__main__":

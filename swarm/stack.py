@@ -92,7 +92,9 @@ def start_stack(pool: Pool, backend: PolicyBackend, settings: Any = None, host: 
     """Serve ``pool`` + ``backend`` through a real gateway on ``host:port`` (0: a free port)."""
     from swarm.gateway import GatewaySettings, create_app
 
-    app = create_app(pool, backend, settings or GatewaySettings.from_env())
+    settings = settings or GatewaySettings.from_env()
+    settings.check_bind(host)
+    app = create_app(pool, backend, settings)
     server = ServerThread(app, host=host, port=port).start()
     return Stack(pool, backend, server, extra={"app": app})
 

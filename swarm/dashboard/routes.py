@@ -1,7 +1,7 @@
 """The dashboard's HTTP routes: the page at ``/dashboard`` and its JSON API under ``/dashboard/api``.
 
-Reads are open (like the pool read API); writes (labels, Parquet exports) need the admin token
-when one is configured. Filters are :class:`~swarm.pool.StepFilter` in the query string (or
+Reads need the same token as the pool read API (the admin token when one is configured); writes
+(labels, Parquet exports) need the admin token when one is configured. Filters are :class:`~swarm.pool.StepFilter` in the query string (or
 JSON body), parsed exactly like ``/v1/pool/steps``. Charts come back as SVG strings inside the
 JSON, rendered on the server. Errors use the gateway's JSON error shape.
 """
@@ -24,7 +24,7 @@ from swarm.dashboard.optimization import load_sequences, merge_summary, tree_vie
 from swarm.dashboard.snapshot import Aggregates, MergeCache, RateCache
 from swarm.errors import NotFoundError
 from swarm.gateway.auth import Caller
-from swarm.gateway.deps import State, admin_caller
+from swarm.gateway.deps import State, admin_caller, reader_caller
 from swarm.gateway.errors import ApiError
 from swarm.gateway.routes_pool import parse_filter, step_json
 from swarm.gateway.state import GatewayState
@@ -89,7 +89,7 @@ async def page(request: Request) -> HTMLResponse:
 
 
 # ------------------------------------------------------------------------------------ collection
-@router.get("/dashboard/api/collection")
+@router.get("/dashboard/api/collection", dependencies=[Depends(reader_caller)])
 async def collection(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
     """Steps and episodes per source / task / policy / status, step rates, active clients."""
     control, _ = _split(request)
@@ -115,7 +115,7 @@ async def collection(request: Request, state: GatewayState = Depends(State)) -> 
 
 
 # -------------------------------------------------------------------------------- representation
-@router.get("/dashboard/api/steps")
+@router.get("/dashboard/api/steps", dependencies=[Depends(reader_caller)])
 async def steps(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
     """One page of steps matching a filter, newest first by default; ``has_more`` instead of a total."""
     control, f = _split(request)
@@ -135,7 +135,7 @@ def _pieces(backend: Any, policy: str, ids: list[int]) -> list[str] | None:
         return None
 
 
-@router.get("/dashboard/api/steps/{step_id}")
+@router.get("/dashboard/api/steps/{step_id}", dependencies=[Depends(reader_caller)])
 async def step_detail(step_id: str, state: GatewayState = Depends(State)) -> dict[str, Any]:
     """One step with tokens, decoded pieces, labels, its episode and the episode's other steps."""
     step = await state.db(state.pool.get_step, step_id, with_tokens=True)
@@ -161,7 +161,7 @@ async def step_detail(step_id: str, state: GatewayState = Depends(State)) -> dic
 
 
 # -------------------------------------------------------------------------------------- curation
-@router.get("/dashboard/api/count")
+@router.get("/dashboard/api/count", dependencies=[Depends(reader_caller)])
 async def count(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
     """Live counts for a filter: matching steps and episodes (capped unless ``exact=true``)."""
     control, f = _split(request)
@@ -181,7 +181,7 @@ async def count(request: Request, state: GatewayState = Depends(State)) -> dict[
     return out
 
 
-@router.get("/dashboard/api/curation")
+@router.get("/dashboard/api/curation", dependencies=[Depends(reader_caller)])
 async def curation(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
     """The trainer's filter for a policy (what its next lease takes), known values and recent labels."""
     control, f = _split(request, frozenset({"staleness"}))
@@ -258,7 +258,7 @@ async def _batch_stats(state: GatewayState, dash: DashboardState, lease: dict[st
     return stats
 
 
-@router.get("/dashboard/api/optimization")
+@router.get("/dashboard/api/optimization", dependencies=[Depends(reader_caller)])
 async def optimization(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
     """Merge savings per batch (lease) over time, and the prefix tree of one batch or group."""
     control, _ = _split(request, frozenset({"lease_id", "group_id"}))
@@ -291,7 +291,7 @@ async def optimization(request: Request, state: GatewayState = Depends(State)) -
 
 
 # ----------------------------------------------------------------------------------- consumption
-@router.get("/dashboard/api/consumption")
+@router.get("/dashboard/api/consumption", dependencies=[Depends(reader_caller)])
 async def consumption(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
     """Leases and acks over time, steps consumed per version, staleness, reward per version."""
     dash = _dash(request)

@@ -32,7 +32,8 @@ log = logging.getLogger("swarm.gateway")
 
 
 class BodyLimit:
-    """Refuses request bodies over a limit with 413 (by Content-Length, and while streaming in).
+    """Refuses request bodies over a limit with 413 (by Content-Length, and while streaming in),
+    and URLs holding NUL with 400.
 
     ``POST /v1/steps`` (white-box) has its own, larger limit.
     """
@@ -43,6 +44,9 @@ class BodyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        if "\x00" in scope.get("path", "") or b"%00" in scope.get("query_string", b"").lower():
+            # ids in paths and filters are bound into SQL; PostgreSQL refuses NUL in text
+            return await self._refuse(send, 400, "the URL must not contain NUL (%00) characters", "invalid_value")
         limit = self.whitebox if scope.get("path") == "/v1/steps" else self.default
         for name, value in scope.get("headers", []):
             if name == b"content-length":
@@ -51,7 +55,8 @@ class BodyLimit:
                 except ValueError:
                     declared = 0
                 if declared > limit:
-                    return await self._refuse(send, limit)
+                    return await self._refuse(send, 413, f"request body is larger than {limit} bytes",
+                                              "request_too_large")
         seen = 0
 
         async def limited() -> Message:
@@ -66,13 +71,12 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
     @staticmethod
-    async def _refuse(send: Send, limit: int) -> None:
+    async def _refuse(send: Send, status: int, message: str, code: str) -> None:
         import json
 
-        body = json.dumps({"error": {"message": f"request body is larger than {limit} bytes",
-                                     "type": "invalid_request_error", "param": None,
-                                     "code": "request_too_large"}}).encode()
-        await send({"type": "http.response.start", "status": 413,
+        body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
+                                     "code": code}}).encode()
+        await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
@@ -96,6 +100,7 @@ def create_app(pool: Pool, backend: PolicyBackend, settings: GatewaySettings | N
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log.info("gateway access: %s", settings.access_summary())
         task = asyncio.create_task(_sweep(state))
         try:
             yield

@@ -1,12 +1,16 @@
 """Ingestion besides OpenAI calls: white-box steps, events (incl. late rewards) and feedback.
 
 - ``POST /v1/steps``: a white-box agent submits its own exact ids with the episode's key. Any
-  policy name and any length are accepted (the body limit is ``max_whitebox_body_bytes``); the
-  steps are stored in one transaction with consecutive indices. A retry naming step ids that are
-  already stored in this episode is a no-op for those steps.
+  policy name and any length are accepted (the body limit is ``max_whitebox_body_bytes``), but
+  token ids must be in the vocabulary of a policy this gateway serves, and a ``parent_step_id``
+  must name a step of the same episode (else 400); the steps are stored in one transaction with
+  consecutive indices. A retry naming step ids that are already stored in this episode is a
+  no-op for those steps.
 - ``POST /v1/events`` / ``POST /v1/feedback``: attach to an episode, a step or a response id
-  (the ``id`` of a chat completion), also after the episode ended. With an episode key only that
-  episode's targets are allowed; the client / admin token may target any.
+  (the ``id`` of a chat completion), also after the episode ended. They need the episode's key
+  (that episode's targets only) or a configured client / admin token (any target): nothing else,
+  even on an open gateway. A reward never overwrites a final one: the late reward is kept as
+  its event (``GET`` the events of the episode for the history) and the step keeps its reward.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from swarm.errors import NotFoundError
 from swarm.gateway.auth import Caller
 from swarm.gateway.deps import State, any_caller, episode_caller
 from swarm.gateway.errors import ApiError
-from swarm.gateway.schemas import EventIn, FeedbackIn, StepsSubmit
+from swarm.gateway.schemas import EventIn, FeedbackIn, StepsSubmit, WhiteboxStep
 from swarm.gateway.state import GatewayState
+from swarm.policy.base import vocab_size
 from swarm.records import Event, Source, Step
 
 __all__ = ["router"]
@@ -41,6 +46,7 @@ async def submit_steps(body: StepsSubmit, caller: Caller = Depends(episode_calle
             raise ApiError(400, f"steps[{i}].metadata.constraint is recorded by the gateway for constrained calls; "
                            "white-box steps cannot declare one", param=f"steps.{i}.metadata.constraint",
                            code="invalid_value")
+        _check_vocab(state, i, s)
     async with state.episode_lock(ep.episode_id):
         known: dict[str, Step] = {}
         for s in body.steps:
@@ -52,6 +58,7 @@ async def submit_steps(body: StepsSubmit, caller: Caller = Depends(episode_calle
         for sid, old in known.items():
             if old.episode_id != ep.episode_id:
                 raise ApiError(409, f"step id {sid} is already used by another episode", code="step_id_taken")
+        await _check_parents(state, ep.episode_id, body)
         last = await state.db(state.pool.last_step, ep.episode_id, with_tokens=False)
         index = 0 if last is None else last.index + 1
         steps, ids = [], []
@@ -72,6 +79,37 @@ async def submit_steps(body: StepsSubmit, caller: Caller = Depends(episode_calle
         if steps:
             await state.write(state.pool.add_steps, steps, append=True)
     return {"step_ids": ids}
+
+
+def _check_vocab(state: GatewayState, i: int, s: WhiteboxStep) -> None:
+    """Token ids must be in the policy's vocabulary (when the gateway serves that policy)."""
+    vocab = vocab_size(state.backend, s.policy)
+    if vocab is None:
+        return
+    for name in ("prompt_ids", "response_ids"):
+        bad = next((t for t in getattr(s, name) if t >= vocab), None)
+        if bad is not None:
+            raise ApiError(400, f"steps[{i}].{name}: token id {bad} is outside the vocabulary of policy "
+                           f"{s.policy!r} (ids must be in [0, {vocab}))", param=f"steps.{i}.{name}",
+                           code="invalid_token_id")
+
+
+async def _check_parents(state: GatewayState, episode_id: str, body: StepsSubmit) -> None:
+    """A parent step must be a step of this episode (stored, or earlier in this request)."""
+    earlier: set[str] = set()
+    for i, s in enumerate(body.steps):
+        parent = s.parent_step_id
+        if parent is not None and parent not in earlier:
+            try:
+                owner = (await state.db(state.pool.get_step, parent, with_tokens=False)).episode_id
+            except NotFoundError:
+                owner = None
+            if owner != episode_id:
+                why = "does not exist" if owner is None else "belongs to another episode"
+                raise ApiError(400, f"steps[{i}].parent_step_id: step {parent} {why}; a parent must be a step "
+                               "of the same episode", param=f"steps.{i}.parent_step_id", code="invalid_parent")
+        if s.step_id is not None:
+            earlier.add(s.step_id)
 
 
 async def _resolve(state: GatewayState, caller: Caller, episode_id: str | None, step_id: str | None,
@@ -124,7 +162,9 @@ async def post_feedback(body: FeedbackIn, caller: Caller = Depends(any_caller),
     ev = Event(kind="feedback", episode_id=ep_id if step_id is None else None, step_id=step_id, name=body.name,
                value=body.reward, rating=body.rating, correction=body.correction, source=source, payload=payload)
     event_id = await state.write(state.pool.add_event, ev)
-    if body.reward is not None:
+    applied = None
+    if body.reward is not None:  # a final reward is never overwritten: the late one stays as this event
         target = {"step_id": step_id} if step_id is not None else {"episode_id": ep_id}
-        await state.write(state.pool.set_reward, **target, reward=body.reward, final=body.final)
-    return {"event_id": event_id, "episode_id": ep_id, "step_id": step_id}
+        applied = await state.write(state.pool.set_reward, **target, reward=body.reward, final=body.final,
+                                    keep_final=True)
+    return {"event_id": event_id, "episode_id": ep_id, "step_id": step_id, "reward_applied": applied}

@@ -3,8 +3,9 @@
 Every route returns steps in one shape (:func:`step_json`: all :class:`~swarm.records.Step`
 fields; ``prompt_ids`` / ``response_ids`` / ``response_logprobs`` are ``null`` unless tokens
 were asked for). Filters are :class:`~swarm.pool.filter.StepFilter`: the same keys in JSON
-bodies and query strings (``metadata`` as a JSON object in the query string). Reads are open;
-leases, acks, releases and labels need the admin token when one is configured.
+bodies and query strings (``metadata`` as a JSON object in the query string). Reads need the
+admin token when one is configured (else the client token when that is); leases, acks, releases
+and labels need the admin token when one is configured (a gateway off loopback always has one).
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import pydantic
 from fastapi import APIRouter, Depends, Request
 
 from swarm.gateway.auth import Caller
-from swarm.gateway.deps import State, admin_caller
+from swarm.gateway.deps import State, admin_caller, reader_caller
 from swarm.gateway.errors import ApiError, describe_validation
+from swarm.gateway.limits import check_json
 from swarm.gateway.routes_episodes import episode_json
 from swarm.gateway.schemas import AckRequest, LabelIn, LeaseRequest
 from swarm.gateway.state import GatewayState
 from swarm.pool.filter import StepFilter
+from swarm.pool.schema import INT32_MAX
 from swarm.records import Step
 
 __all__ = ["router", "step_json", "parse_filter"]
@@ -83,8 +86,16 @@ def _bounded(value: Any, path: str) -> None:
 
 
 def _finite(f: StepFilter) -> StepFilter:
+    """``f`` if the database can bind it: integers that fit a column, strings without NUL, bounded JSON."""
     for name in StepFilter.model_fields:
-        _bounded(getattr(f, name), name)
+        value = getattr(f, name)
+        _bounded(value, name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > INT32_MAX:
+            raise ApiError(400, f"{name} must be at most {INT32_MAX}", param=name, code="invalid_value")
+        try:
+            check_json(value)
+        except ValueError as exc:
+            raise ApiError(400, f"{name}: {exc}", param=name, code="invalid_value") from None
     return f
 
 
@@ -134,13 +145,15 @@ def _bool(paging: dict[str, str], key: str, default: bool) -> bool:
 
 
 @router.get("/v1/pool/stats")
-async def pool_stats(state: GatewayState = Depends(State)) -> dict[str, Any]:
+async def pool_stats(state: GatewayState = Depends(State),
+                     _: Caller = Depends(reader_caller)) -> dict[str, Any]:
     """Counts of steps and episodes by status, source, task and policy; token storage."""
     return await state.db(state.pool.stats)
 
 
 @router.get("/v1/pool/steps", openapi_extra={"parameters": _filter_params() + _paging_params()})
-async def list_steps(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+async def list_steps(request: Request, state: GatewayState = Depends(State),
+                     _: Caller = Depends(reader_caller)) -> dict[str, Any]:
     """Steps matching a filter (query-string keys = StepFilter fields), oldest first."""
     paging, raw = _query(request)
     f = parse_filter(raw)
@@ -156,7 +169,8 @@ async def list_steps(request: Request, state: GatewayState = Depends(State)) -> 
 
 
 @router.get("/v1/pool/steps/{step_id}", openapi_extra={"parameters": _paging_params(True)[2:]})
-async def get_step(step_id: str, request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+async def get_step(step_id: str, request: Request, state: GatewayState = Depends(State),
+                   _: Caller = Depends(reader_caller)) -> dict[str, Any]:
     """One step, with token ids and logprobs unless ``with_tokens=false``."""
     paging, rest = _query(request)
     tokens = _bool(paging, "with_tokens", True)
@@ -165,7 +179,8 @@ async def get_step(step_id: str, request: Request, state: GatewayState = Depends
 
 
 @router.get("/v1/pool/episodes", openapi_extra={"parameters": _filter_params() + _paging_params()[:2]})
-async def list_episodes(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+async def list_episodes(request: Request, state: GatewayState = Depends(State),
+                        _: Caller = Depends(reader_caller)) -> dict[str, Any]:
     """Episodes matching a filter (its episode-level keys), oldest first."""
     paging, raw = _query(request)
     f = parse_filter(raw)
@@ -175,7 +190,8 @@ async def list_episodes(request: Request, state: GatewayState = Depends(State)) 
 
 
 @router.get("/v1/pool/episodes/{episode_id}")
-async def get_episode(episode_id: str, state: GatewayState = Depends(State)) -> dict[str, Any]:
+async def get_episode(episode_id: str, state: GatewayState = Depends(State),
+                      _: Caller = Depends(reader_caller)) -> dict[str, Any]:
     """One episode."""
     return episode_json(await state.db(state.pool.get_episode, episode_id))
 

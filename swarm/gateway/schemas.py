@@ -3,16 +3,19 @@
 OpenAI-compatible bodies accept unknown top-level fields (frameworks send ``extra_body`` keys,
 ``user``, penalties ...) but refuse known fields of the wrong type. Messages keep whatever keys a
 client sends (``name`` on any role, provider extras). Numbers are finite: NaN and infinities are
-refused everywhere. Only shapes are checked here; limits that depend on the served model or on
-settings (context, max_tokens cap, n cap) are checked by the routes.
+refused everywhere. Every string, id, integer and free-form JSON value that is stored is sized
+to its pool column and free of NUL (:mod:`swarm.gateway.limits`), so an accepted body is a storable
+one on SQLite and PostgreSQL alike. Only shapes are checked here; limits that depend on the served
+model or on settings (context, vocabulary, max_tokens cap, n cap) are checked by the routes.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from swarm.gateway.limits import FreeJSON, Id, Int32, JSONList, Name, Task, Text, check_json
 from swarm.pool.filter import StepFilter
 from swarm.records import EpisodeType
 
@@ -23,6 +26,7 @@ __all__ = [
 
 TokenId = Annotated[int, Field(ge=0, lt=2**31)]
 BigInt = 2**53  # larger integers would overflow the database's 64-bit columns (or JSON doubles)
+_BODY_DEPTH = 64  # OpenAI bodies: messages, content parts and tool schemas nest a few levels
 
 _OPEN = ConfigDict(extra="allow", allow_inf_nan=False)
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -88,7 +92,16 @@ class _Sampling(BaseModel):
     user: str | None = None
 
 
-class ChatCompletionRequest(_Sampling):
+class _Storable(BaseModel):
+    """A body whose unknown keys are stored too: the whole raw body is checked (NUL, depth, NaN)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        return check_json(data, max_depth=_BODY_DEPTH, max_bytes=None)
+
+
+class ChatCompletionRequest(_Sampling, _Storable):
     """OpenAI ``POST /v1/chat/completions`` body."""
 
     messages: list[ChatMessage] = Field(min_length=1)
@@ -101,7 +114,7 @@ class ChatCompletionRequest(_Sampling):
     response_format: dict[str, Any] | None = None
 
 
-class CompletionRequest(_Sampling):
+class CompletionRequest(_Sampling, _Storable):
     """OpenAI ``POST /v1/completions`` body (one prompt: text or token ids)."""
 
     prompt: str | list[TokenId] | list[str] | list[list[TokenId]]
@@ -115,12 +128,12 @@ class EpisodeCreate(BaseModel):
     """``POST /v1/episodes``."""
 
     model_config = _STRICT
-    task: str = Field(min_length=1, max_length=1000)
-    group_id: str | None = Field(default=None, max_length=1000)
-    client_id: str | None = Field(default=None, max_length=1000)
+    task: Task
+    group_id: Id | None = None
+    client_id: Id | None = None
     type: EpisodeType = EpisodeType.train
     timeout_s: float | None = Field(default=None, gt=0)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: FreeJSON = Field(default_factory=dict)
 
 
 class EpisodeEnd(BaseModel):
@@ -128,29 +141,29 @@ class EpisodeEnd(BaseModel):
 
     model_config = _STRICT
     reward: float | None = None
-    step_rewards: dict[str, float] | None = None
+    step_rewards: dict[Id, float] | None = None
     status: Literal["finished", "failed"] = "finished"
-    metadata: dict[str, Any] | None = None
+    metadata: FreeJSON | None = None
 
 
 class WhiteboxStep(BaseModel):
     """One white-box step: the agent's own exact ids; any policy name, any length."""
 
     model_config = _STRICT
-    step_id: str | None = Field(default=None, min_length=1, max_length=200)  # lets a retry be idempotent
-    episode_id: str | None = None  # must be the key's episode if given
-    prompt_ids: list[TokenId]
+    step_id: Id | None = None  # lets a retry be idempotent
+    episode_id: Id | None = None  # must be the key's episode if given
+    prompt_ids: list[TokenId]  # checked against the policy's vocabulary by the route
     response_ids: list[TokenId]
     response_logprobs: list[float] | None = None
-    prompt_messages: list[dict[str, Any]] | None = None
-    response_text: str | None = None
-    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
-    finish_reason: str | None = None
+    prompt_messages: JSONList | None = None
+    response_text: Text | None = None
+    tool_calls: JSONList = Field(default_factory=list)
+    finish_reason: Name | None = None
     reward: float | None = None
-    policy: str = Field(default="default", min_length=1)
-    policy_version: int = Field(default=0, ge=0, le=BigInt)
-    parent_step_id: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    policy: Task = "default"
+    policy_version: Int32 = 0
+    parent_step_id: Id | None = None  # must be a step of the same episode
+    metadata: FreeJSON = Field(default_factory=dict)
 
 
 class StepsSubmit(BaseModel):
@@ -165,27 +178,27 @@ class EventIn(BaseModel):
 
     model_config = _STRICT
     kind: Literal["event", "reward"] = "event"
-    episode_id: str | None = None
-    step_id: str | None = None
-    response_id: str | None = None  # the chat completion id a client saw; resolves to its step
-    name: str = ""
+    episode_id: Id | None = None
+    step_id: Id | None = None
+    response_id: Id | None = None  # the chat completion id a client saw; resolves to its step
+    name: Name = ""
     value: float | None = None  # a reward event's value becomes the target's final reward
-    payload: dict[str, Any] = Field(default_factory=dict)
+    payload: FreeJSON = Field(default_factory=dict)
 
 
 class FeedbackIn(BaseModel):
     """``POST /v1/feedback``: a human (or judge) rating / correction, optionally also a reward."""
 
     model_config = _STRICT
-    episode_id: str | None = None
-    step_id: str | None = None
-    response_id: str | None = None
+    episode_id: Id | None = None
+    step_id: Id | None = None
+    response_id: Id | None = None
     rating: float | None = None
-    correction: str | None = None
+    correction: Text | None = None
     reward: float | None = None
     final: bool = True
-    name: str = ""
-    payload: dict[str, Any] = Field(default_factory=dict)
+    name: Name = ""
+    payload: FreeJSON = Field(default_factory=dict)
 
 
 class LeaseRequest(BaseModel):
@@ -200,13 +213,13 @@ class LeaseRequest(BaseModel):
 
 class AckRequest(BaseModel):
     model_config = _STRICT
-    consumed_version: int = Field(ge=0, le=BigInt)
+    consumed_version: Int32
 
 
 class LabelIn(BaseModel):
     model_config = _STRICT
     target: Literal["step", "episode"]
-    target_id: str = Field(min_length=1)
-    label: str = Field(min_length=1, max_length=200)
+    target_id: Id
+    label: Task
     exclude: bool = False
-    note: str = ""
+    note: Text = ""

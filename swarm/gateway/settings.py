@@ -3,16 +3,21 @@
 Plain dataclass, no config framework: the entry point composes Hydra config and environment
 variables into it. It does not read files; :meth:`GatewaySettings.from_env` only fills the three
 secrets from ``SWARM_GATEWAY_SECRET``, ``SWARM_CLIENT_TOKEN`` and ``SWARM_ADMIN_TOKEN``.
+
+Safe by default: :meth:`GatewaySettings.check_bind` refuses to serve on any address other than
+loopback unless both tokens are set, and :meth:`GatewaySettings.access_summary` says which routes
+are open (the serving code logs it at start-up).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["GatewaySettings"]
+__all__ = ["GatewaySettings", "is_loopback"]
 
 MiB = 1024 * 1024
 
@@ -32,7 +37,8 @@ class GatewaySettings:
     client_token: str | None = field(default=None, repr=False)
     admin_token: str | None = field(default=None, repr=False)
     max_body_bytes: int = 8 * MiB  # OpenAI-compatible and service routes
-    max_whitebox_body_bytes: int = 256 * MiB  # POST /v1/steps: any length is accepted there
+    # POST /v1/steps: peak memory is ~12x the body (benchmarks/reliability_bench.py), so 64 MiB ~ 0.8 GB
+    max_whitebox_body_bytes: int = 64 * MiB
     max_tokens_cap: int = 32768  # an absurd max_tokens is refused even if the context allows it
     max_n: int = 16
     default_max_tokens: int | None = None  # None: whatever fits in the context (capped)
@@ -70,3 +76,38 @@ class GatewaySettings:
 
     def with_(self, **changes: Any) -> GatewaySettings:
         return replace(self, **changes)
+
+    def check_bind(self, host: str) -> None:
+        """Refuse (ValueError) to serve on a non-loopback ``host`` without both tokens."""
+        if is_loopback(host):
+            return
+        missing = [name for name, v in (("SWARM_ADMIN_TOKEN", self.admin_token), ("SWARM_CLIENT_TOKEN",
+                                                                                  self.client_token)) if not v]
+        if missing:
+            raise ValueError(f"refusing to serve on {host}: off loopback the gateway needs {' and '.join(missing)} "
+                             "(leases, labels, pool reads and episode creation would be open to anyone who reaches "
+                             "the port); set them, e.g. `export SWARM_ADMIN_TOKEN=$(openssl rand -hex 32)`, "
+                             "or bind 127.0.0.1")
+
+    def access_summary(self) -> str:
+        """Which route groups are open and which need which token, in one line."""
+        open_, guarded = [], []
+        (guarded if self.client_token else open_).append("episode creation")
+        (guarded if self.admin_token or self.client_token else open_).append("pool reads + dashboard data")
+        (guarded if self.admin_token else open_).append("leases/acks/labels/exports")
+        parts = ["calls, steps, events and feedback need an episode key or a service token"]
+        if guarded:
+            parts.append("token required: " + ", ".join(guarded))
+        if open_:
+            parts.append("OPEN to anyone who reaches the port: " + ", ".join(open_))
+        return "; ".join(parts)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback name or address (127.0.0.0/8, ::1, localhost)."""
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve anywhere

@@ -127,11 +127,28 @@ class GatewayState:
                        code="invalid_client_token")
 
     def any_caller(self, request: Request) -> Caller:
-        """An episode key, or the client/admin token (open when no client token is configured)."""
+        """An episode key, or a configured client/admin token: never open, whatever is configured."""
         token = bearer_token(request)
         if token and token.startswith(KEY_PREFIX):
             return self._episode_key(token)
-        return self.client_caller(request)
+        caller = self._service(token)
+        if caller is not None:
+            return caller
+        raise ApiError(401, "this route needs the episode's api key (or a configured client / admin token)",
+                       code="missing_api_key" if not token else "invalid_api_key")
+
+    def reader_caller(self, request: Request) -> Caller:
+        """Pool reads: the admin token when one is set, else the client token when set; open otherwise."""
+        s = self.settings
+        token = bearer_token(request)
+        if s.admin_token is None and s.client_token is None:
+            return Caller(service=True, admin=True)
+        caller = self._service(token)
+        if caller is not None and (caller.admin or s.admin_token is None):
+            return caller
+        raise ApiError(401 if not token else 403, "reading pool data requires the "
+                       + ("admin token (SWARM_ADMIN_TOKEN)" if s.admin_token else "client token (SWARM_CLIENT_TOKEN)"),
+                       code="read_token_required")
 
     def admin_caller(self, request: Request) -> Caller:
         """The admin token when one is configured (leases, labels); open otherwise."""

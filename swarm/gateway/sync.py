@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from swarm.gateway.auth import Caller
-from swarm.gateway.deps import State, any_caller, client_caller
+from swarm.gateway.deps import State, client_caller
 from swarm.gateway.state import GatewayState
 
 __all__ = ["SyncBoard", "router"]
@@ -75,6 +75,6 @@ async def agree(body: AgreeIn, caller: Caller = Depends(client_caller),
 
 
 @router.get("/v1/sync")
-async def sync_state(caller: Caller = Depends(any_caller), state: GatewayState = Depends(State)) -> dict[str, Any]:
+async def sync_state(caller: Caller = Depends(client_caller), state: GatewayState = Depends(State)) -> dict[str, Any]:
     """Active clients and the agreements not yet consumed by an update."""
     return _state_json(state.sync)

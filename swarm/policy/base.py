@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from swarm.policy.constraint import Constraint
 
-__all__ = ["SamplingParams", "GenerateRequest", "Generation", "TokenDelta", "PolicyBackend", "VersionTable"]
+from swarm.errors import SwarmError
+
+__all__ = ["SamplingParams", "GenerateRequest", "Generation", "TokenDelta", "PolicyBackend", "VersionTable",
+           "vocab_size"]
 
 
 @dataclass(frozen=True)
@@ -139,3 +142,21 @@ class VersionTable:
     def version(self, policy: str) -> int:
         self._check_policy(policy)
         return self._versions[policy]
+
+
+def vocab_size(backend: Any, policy: str) -> int | None:
+    """How many token ids ``policy``'s model takes (valid ids are below it); None when unknown.
+
+    Optional part of the protocol: a backend's own ``vocab_size(policy)``, else the size of its
+    ``tokenizer``; a policy the backend does not serve has no known vocabulary.
+    """
+    try:
+        if policy not in backend.policies():
+            return None
+        fn = getattr(backend, "vocab_size", None)
+        if fn is not None:
+            return int(fn(policy))
+        tok = getattr(backend, "tokenizer", None)
+        return None if tok is None else len(tok)
+    except SwarmError:  # a backend without a local tokenizer (upstream): unknown, not an error
+        return None

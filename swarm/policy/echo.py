@@ -26,6 +26,7 @@ from typing import Any
 
 from swarm.errors import ContextLengthError
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
+from swarm.policy.textguard import guard_chat, split_guarded
 
 __all__ = ["EchoBackend", "SPECIAL_TOKENS"]
 
@@ -55,7 +56,8 @@ def _tool_call_text(call: dict[str, Any]) -> str:
             args = json.loads(args)
         except ValueError:
             pass  # invalid JSON sent back by a client: render it verbatim, never fail
-    return "<tool_call>\n" + json.dumps({"name": fn.get("name", ""), "arguments": args}) + "\n</tool_call>"
+    return ("<tool_call>\n" + json.dumps({"name": fn.get("name", ""), "arguments": args}, ensure_ascii=False)
+            + "\n</tool_call>")
 
 
 class EchoBackend(VersionTable):
@@ -91,8 +93,10 @@ class EchoBackend(VersionTable):
         add_generation_prompt: bool,
     ) -> str:
         parts: list[str] = []
+        messages, tools = guard_chat(messages, tools, SPECIAL_TOKENS)  # client text stays text
         if tools:
-            parts.append("<|im_start|>system\n# Tools\n" + json.dumps(tools, sort_keys=True) + "<|im_end|>\n")
+            parts.append("<|im_start|>system\n# Tools\n" + json.dumps(tools, sort_keys=True, ensure_ascii=False)
+                         + "<|im_end|>\n")
         for m in messages:
             role = m.get("role", "user")
             text = _content_text(m.get("content"))
@@ -106,12 +110,21 @@ class EchoBackend(VersionTable):
 
     def encode(self, policy: str, text: str) -> list[int]:
         ids: list[int] = []
-        for piece in _SPECIAL_RE.split(text):
-            if piece in _SPECIAL_IDS:
-                ids.append(_SPECIAL_IDS[piece])
-            elif piece:
-                ids.extend(piece.encode("utf-8"))
+        for chunk, literal in split_guarded(text):
+            if literal:  # guarded client text: bytes, even where it spells a control token
+                ids.extend(chunk.encode("utf-8"))
+                continue
+            for piece in _SPECIAL_RE.split(chunk):
+                if piece in _SPECIAL_IDS:
+                    ids.append(_SPECIAL_IDS[piece])
+                elif piece:
+                    ids.extend(piece.encode("utf-8"))
         return ids
+
+    def vocab_size(self, policy: str) -> int:
+        """Token ids are bytes (0-255) and the special tokens after them."""
+        self._check_policy(policy)
+        return 256 + len(SPECIAL_TOKENS)
 
     def decode(self, policy: str, ids: list[int]) -> str:
         out: list[str] = []

@@ -169,6 +169,11 @@ class HFBackend(LocalTokenizer, VersionTable):
         self._check_policy(policy)
         return self.tokenizer
 
+    def vocab_size(self, policy: str) -> int:
+        """Ids the model can embed: ``[0, num_embeddings)``."""
+        self._check_policy(policy)
+        return int(self.base_model.get_input_embeddings().num_embeddings)
+
     # ----------------------------------------------------------------------------- protocol: generation
     async def generate(self, request: GenerateRequest) -> list[Generation]:
         return [item async for item in self.stream(request) if isinstance(item, Generation)]

@@ -33,28 +33,30 @@ class AnnotateMixin:
     """Rewards, events, labels, policy versions and stats for :class:`swarm.pool.store.Pool`."""
 
     def set_reward(
-        self, *, episode_id: str | None = None, step_id: str | None = None, reward: float, final: bool = True
-    ) -> None:
-        """Set an episode's or a step's reward, at any time (late rewards are welcome)."""
+        self, *, episode_id: str | None = None, step_id: str | None = None, reward: float, final: bool = True,
+        keep_final: bool = False,
+    ) -> bool:
+        """Set an episode's or a step's reward, at any time (late rewards are welcome).
+
+        With ``keep_final`` a reward that is already final stays as it is (the caller keeps the
+        late one as an event); returns whether the reward was set.
+        """
         if (episode_id is None) == (step_id is None):
             raise ValidationError("set_reward needs exactly one of episode_id and step_id")
         check_reward(reward, "reward")
         status = (RewardStatus.final if final else RewardStatus.pending).value
+        table, col, ident = (S, S.c.step_id, step_id) if step_id is not None else (E, E.c.episode_id, episode_id)
+        values: dict[str, Any] = {"reward": float(reward), "reward_status": status}
+        if table is E:
+            values["updated_at"] = now()
+        what = "step" if table is S else "episode"
         with self._tx(write=True) as c:
-            if step_id is not None:
-                res = c.execute(
-                    S.update().where(S.c.step_id == step_id).values(reward=float(reward), reward_status=status)
-                )
-                if res.rowcount != 1:
-                    raise NotFoundError("no such step", step_id=step_id)
-            else:
-                res = c.execute(
-                    E.update()
-                    .where(E.c.episode_id == episode_id)
-                    .values(reward=float(reward), reward_status=status, updated_at=now())
-                )
-                if res.rowcount != 1:
-                    raise NotFoundError("no such episode", episode_id=episode_id)
+            if keep_final and _final_now(c, table, ident):
+                return False
+            res = c.execute(table.update().where(col == ident).values(**values))
+            if res.rowcount != 1:
+                raise NotFoundError(f"no such {what}", **{f"{what}_id": ident})
+            return True
 
     def add_event(self: Pool, ev: Event) -> str:
         """Store an event or feedback; a ``reward`` event also sets the (final) reward."""
@@ -82,9 +84,9 @@ class AnnotateMixin:
                     "record": ev.model_dump(mode="json"),
                 },
             )
-        if ev.kind == "reward":
+        if ev.kind == "reward":  # a final reward is kept; a later one stays in the history as this event
             target = {"step_id": ev.step_id} if ev.step_id is not None else {"episode_id": ev.episode_id}
-            self.set_reward(**target, reward=ev.value, final=True)
+            self.set_reward(**target, reward=ev.value, final=True, keep_final=True)
         return ev.event_id
 
     def events(self: Pool, episode_id: str | None = None, step_id: str | None = None) -> list[Event]:
@@ -219,3 +221,18 @@ class AnnotateMixin:
                     )
                 },
             }
+
+
+def _final_now(c: sa.Connection, table: sa.Table, ident: str) -> bool:
+    """Whether a step's effective reward (its own, else its episode's) or an episode's reward is final."""
+    final = RewardStatus.final.value
+    if table is E:
+        return c.execute(sa.select(E.c.reward_status).where(E.c.episode_id == ident)).scalar() == final
+    row = c.execute(
+        sa.select(S.c.reward, S.c.reward_status, E.c.reward_status.label("ep_status"))
+        .select_from(S.join(E, E.c.episode_id == S.c.episode_id))
+        .where(S.c.step_id == ident)
+    ).first()
+    if row is None:
+        return False
+    return (row.reward_status if row.reward is not None else row.ep_status) == final

@@ -13,17 +13,22 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
-__all__ = ["metadata", "episodes", "steps", "blocks", "events", "labels", "leases", "policy_versions"]
+__all__ = ["metadata", "episodes", "steps", "blocks", "events", "labels", "leases", "policy_versions",
+           "ID_LEN", "NAME_LEN", "INT32_MAX"]
+
+ID_LEN = 128  # ids (episode, step, group, client, lease, event, label)
+NAME_LEN = 256  # task, policy and label names
+INT32_MAX = 2**31 - 1  # the largest value of an ``integer`` column (PostgreSQL enforces it)
 
 metadata = sa.MetaData()
 JSON = sa.JSON().with_variant(JSONB(), "postgresql")
-ID = sa.String(128)
+ID = sa.String(ID_LEN)
 
 episodes = sa.Table(
     "episodes",
     metadata,
     sa.Column("episode_id", ID, primary_key=True),
-    sa.Column("task", sa.String(256), nullable=False),
+    sa.Column("task", sa.String(NAME_LEN), nullable=False),
     sa.Column("group_id", ID),
     sa.Column("client_id", ID),
     sa.Column("type", sa.String(16), nullable=False),
@@ -49,9 +54,9 @@ steps = sa.Table(
     sa.Column("episode_id", ID, nullable=False),
     sa.Column("idx", sa.Integer, nullable=False),
     sa.Column("parent_step_id", ID),
-    sa.Column("task", sa.String(256), nullable=False),
+    sa.Column("task", sa.String(NAME_LEN), nullable=False),
     sa.Column("group_id", ID),
-    sa.Column("policy", sa.String(256), nullable=False),
+    sa.Column("policy", sa.String(NAME_LEN), nullable=False),
     sa.Column("policy_version", sa.Integer, nullable=False),
     sa.Column("source", sa.String(16), nullable=False),
     sa.Column("response_id", ID),
@@ -125,7 +130,7 @@ labels = sa.Table(
     sa.Column("label_id", ID, primary_key=True),
     sa.Column("target", sa.String(16), nullable=False),
     sa.Column("target_id", ID, nullable=False),
-    sa.Column("label", sa.String(256), nullable=False),
+    sa.Column("label", sa.String(NAME_LEN), nullable=False),
     sa.Column("exclude", sa.Boolean, nullable=False),
     sa.Column("note", sa.Text, nullable=False),
     sa.Column("created_at", sa.Double, nullable=False),
@@ -148,7 +153,7 @@ leases = sa.Table(
 policy_versions = sa.Table(
     "policy_versions",
     metadata,
-    sa.Column("policy", sa.String(256), primary_key=True),
+    sa.Column("policy", sa.String(NAME_LEN), primary_key=True),
     sa.Column("version", sa.Integer, primary_key=True),
     sa.Column("adapter_path", sa.Text),
     sa.Column("created_at", sa.Double, nullable=False),

@@ -39,6 +39,7 @@ from swarm.pool.rows import digest, to_episode, to_step
 from swarm.pool.schema import blocks as B
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import steps as S
+from swarm.pool.settle import SettleMixin
 from swarm.records import Episode, EpisodeStatus, RewardStatus, Step, now
 
 _clock = now  # abandon_stale's parameter is called ``now``
@@ -61,7 +62,7 @@ _ORDERS = {
 }
 
 
-class Pool(AnnotateMixin, LeaseMixin, ExportMixin, HeadsMixin):
+class Pool(AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, HeadsMixin):
     """The data pool on SQLite (``sqlite:///file.db``) or PostgreSQL (``postgresql+psycopg://``).
 
     ``block_size`` is the token block length of the content-addressed store; steps written

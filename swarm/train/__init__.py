@@ -16,6 +16,7 @@ from swarm.train.advantages import advantage_stats, assign_credit, group_keys, g
 from swarm.train.checkpoint import commit_checkpoint, load_latest_checkpoint
 from swarm.train.config import LoraSpec, TrainConfig
 from swarm.train.forward import target_logprobs
+from swarm.train.ledger import Ledger
 from swarm.train.losses import item_token_weights, k3_kl, ppo_clip_loss
 from swarm.train.prepare import items_from_steps
 from swarm.train.publish import adapter_state, save_adapter
@@ -34,6 +35,7 @@ __all__ = [
     "LoraSpec",
     "TrainConfig",
     "Trainer",
+    "Ledger",
     "adapter_state",
     "save_adapter",
     "commit_checkpoint",

@@ -247,8 +247,8 @@ class Trainer:
         """What ``publish`` sends: peft adapter weights (LoRA) or the full state dict."""
         return adapter_state(self.model)
 
-    def publish(self) -> tuple[PolicyVersion, dict[str, float]]:
-        """Save (when ``out_dir`` is set), load into the backend, bump the version.
+    def publish(self, save: bool = True) -> tuple[PolicyVersion, dict[str, float]]:
+        """Save (when ``out_dir`` is set and ``save``), load into the backend, bump the version.
 
         Under torch.distributed only rank 0 saves and loads; the others just bump the version
         (the record still names the path rank 0 wrote).
@@ -256,7 +256,7 @@ class Trainer:
         t0 = time.perf_counter()
         version = self.version + 1
         path = None
-        if self.out_dir is not None:
+        if self.out_dir is not None and save:
             path = self.out_dir / "adapters" / self.policy / f"v{version:06d}"
             if distributed.is_main():
                 path = save_adapter(self.model, path, policy=self.policy, version=version)

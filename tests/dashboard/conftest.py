@@ -49,6 +49,8 @@ class Page:
 
     def __init__(self, browser: Any, base: str) -> None:
         self.ctx = browser.new_context(viewport={"width": 1360, "height": 900}, accept_downloads=True)
+        # the gateway has an admin token, so reads need it too: the page keeps it in localStorage
+        self.ctx.add_init_script(f"localStorage.setItem('swarm-admin-token', {ADMIN!r})")
         self.page = self.ctx.new_page()
         self.base = base
         self.errors: list[str] = []

@@ -19,7 +19,7 @@ AUTH = {"Authorization": f"Bearer {ADMIN}"}
 
 @pytest.fixture(scope="module")
 def http(dash):
-    with httpx.Client(base_url=dash["url"], timeout=60) as h:
+    with httpx.Client(base_url=dash["url"], timeout=60, headers=AUTH) as h:  # reads need the admin token too
         yield h
 
 
@@ -71,9 +71,11 @@ def test_steps_pages_details_and_counts(http, dash) -> None:
 def test_writes_need_the_admin_token(http, dash) -> None:
     sid = dash["ids"]["whitebox_step"]
     body = {"target": "step", "target_ids": [sid], "label": "checked", "note": "api test"}
-    assert http.post("/dashboard/api/labels", json=body).status_code == 401
+    anon = {"Authorization": ""}
+    assert http.post("/dashboard/api/labels", json=body, headers=anon).status_code == 401
     assert http.post("/dashboard/api/labels", json=body, headers={"Authorization": "Bearer nope"}).status_code == 403
-    assert http.post("/dashboard/api/export", json={}).status_code == 401
+    assert http.post("/dashboard/api/export", json={}, headers=anon).status_code == 401
+    assert http.get("/dashboard/api/steps", headers=anon).status_code == 401  # reads too: every prompt is there
     r = http.post("/dashboard/api/labels", json=body, headers=AUTH)
     assert r.status_code == 200 and [lbl.label for lbl in dash["pool"].labels(sid)] == ["checked"]
     r = http.post("/dashboard/api/export", json={"filter": {"source": "whitebox"}}, headers=AUTH)

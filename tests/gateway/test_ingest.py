@@ -53,8 +53,8 @@ def test_events_feedback_and_late_rewards(gateway: Any) -> None:
     ep_now = gateway.pool.get_episode(eid)
     assert ep_now.reward == -0.25 and ep_now.reward_status.value == "final"
     # a human rates the response by its chat completion id, with a step reward
-    r = gateway.post("/v1/feedback", None, json={"response_id": response_id, "rating": 4, "correction": "b",
-                                                 "reward": 0.75})
+    r = gateway.post("/v1/feedback", key, json={"response_id": response_id, "rating": 4, "correction": "b",
+                                                "reward": 0.75})
     assert r.status_code == 200 and r.json()["step_id"] == step_id
     step = gateway.pool.get_step(step_id, with_tokens=False)
     assert step.reward == 0.75 and step.reward_status.value == "final"

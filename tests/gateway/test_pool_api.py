@@ -61,5 +61,6 @@ def test_lease_ack_and_labels_with_admin_token(make_gateway: Any) -> None:
     r = gw.post(f"/v1/pool/leases/{lease['lease_id']}/ack", "adm", json={"consumed_version": 1})
     assert r.status_code == 200 and r.json()["acked"] == 4
     assert gw.post(f"/v1/pool/leases/{lease['lease_id']}/ack", "adm", json={"consumed_version": 1}).status_code == 409
-    consumed = gw.http.get("/v1/pool/steps", params={"consumed": "true"}).json()
+    assert gw.http.get("/v1/pool/steps").status_code == 401  # pool reads need the admin token once it is set
+    consumed = gw.http.get("/v1/pool/steps", params={"consumed": "true"}, headers={"Authorization": "Bearer adm"}).json()
     assert consumed["total"] == 4

@@ -67,7 +67,7 @@ async function api(path, params, init) {
   }
   return r;
 }
-const getJSON = async (path, params) => (await api(path, params)).json();
+const getJSON = async (path, params) => (await api(path, params, { headers: authHeaders() })).json();
 function authHeaders() {
   const t = $("token").value.trim();
   return t ? { Authorization: "Bearer " + t } : {};

@@ -1,0 +1,126 @@
+"""Exactly-once bookkeeping for one trainer: checkpoint cadence, pending leases, settle on resume.
+
+The promise: a leased step is trained at most once, whatever crashes and however late the
+restart, and none is lost. The design (docs/reliability.md):
+
+- After each update the lease's trained step ids join ``pending``; they are **not** acked yet.
+- Every ``every`` updates (and on a clean stop) :meth:`Ledger.commit` writes a checkpoint whose
+  ``extra["pending"]`` lists ``(lease_id, step_ids, version)`` of every update it contains, and
+  only then settles those steps in the pool (consumed by the version their update produced).
+- A crash after the checkpoint and before the settle: :meth:`Ledger.resume` settles the
+  checkpoint's pending steps, also when their leases expired long ago (``Pool.settle``), so
+  they are never leased again. A crash before the checkpoint: those updates are lost with the
+  weights; their leases expire and the steps are trained (once) after the restart.
+- While held, pending leases are renewed right before this trainer leases again, so its own
+  next lease can never take them back.
+- Versions are never reused: if the pool already has versions newer than the checkpoint (a
+  crash after publishing), the restored weights are published as a new version.
+
+Assumes one trainer per policy and pool (what ``flows.train`` runs). It does not lease or log.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from swarm.errors import LeaseError
+from swarm.train import journal
+from swarm.train.faults import crash_point
+from swarm.train.publish import save_adapter
+
+__all__ = ["Ledger"]
+
+
+class Ledger:
+    """Pending leases and the checkpoint cadence of one :class:`~swarm.train.Trainer` over a pool."""
+
+    def __init__(self, trainer: Any, pool: Any, every: int = 10, ttl_s: float = 600.0) -> None:
+        if int(every) < 1:
+            raise ValueError(f"train.checkpoint_every must be >= 1, got {every}")
+        self.trainer, self.pool, self.every, self.ttl_s = trainer, pool, int(every), float(ttl_s)
+        self.pending: list[tuple[str, list[str], int]] = []
+        self.last_commit = trainer.updates  # updates contained in the last committed checkpoint
+
+    # -- during the run ---------------------------------------------------------------------
+    def due(self) -> bool:
+        """Whether the updates since the last checkpoint fill the cadence (check after an update)."""
+        return self.trainer.updates - self.last_commit >= self.every
+
+    def dirty(self) -> bool:
+        """Whether there is anything a checkpoint would add."""
+        return bool(self.pending) or self.trainer.updates != self.last_commit
+
+    @property
+    def journal_path(self) -> Path | None:
+        """``out_dir/checkpoints/<policy>/journal.jsonl`` (see :mod:`swarm.train.journal`)."""
+        tr = self.trainer
+        return None if tr.out_dir is None else tr.out_dir / "checkpoints" / tr.policy / "journal.jsonl"
+
+    def trained(self, lease_id: str, step_ids: list[str]) -> None:
+        """Record an update's lease and trained steps (after publish; settled at the next commit)."""
+        self.pending.append((lease_id, list(step_ids), int(self.trainer.version)))
+        if self.journal_path is not None:
+            journal.append(self.journal_path, {"event": "update", "update": self.trainer.updates,
+                                               "version": self.trainer.version, "lease_id": lease_id,
+                                               "steps": list(step_ids)})
+
+    def renew(self) -> None:
+        """Keep the pending leases reserved (call right before leasing again)."""
+        for lease_id, _, _ in self.pending:
+            self.pool.renew(lease_id, self.ttl_s)
+
+    def commit(self, extra: dict[str, Any] | None = None) -> tuple[Path, Path | None] | None:
+        """Checkpoint (with the pending leases), then settle them; returns (checkpoint, adapter dir).
+
+        None when nothing changed since the last checkpoint. The adapter of the current version
+        is saved next to the checkpoint's (``out_dir/adapters/<policy>/v<version>``) if missing.
+        """
+        if not self.dirty():
+            return None
+        tr = self.trainer
+        ckpt = tr.save_checkpoint(extra={**(extra or {}), "pending": self.pending})
+        adapter = None
+        if tr.out_dir is not None:
+            adapter = tr.out_dir / "adapters" / tr.policy / f"v{tr.version:06d}"
+            if not adapter.exists():
+                save_adapter(tr.model, adapter, policy=tr.policy, version=tr.version)
+        crash_point("after_checkpoint")
+        for lease_id, ids, version in self.pending:
+            self.pool.settle(lease_id, ids, version)
+        crash_point("after_settle")
+        self.pending = []
+        self.last_commit = tr.updates
+        return ckpt, adapter
+
+    # -- restart ----------------------------------------------------------------------------
+    def resume(self, load: bool = True) -> dict[str, Any] | None:
+        """Restore the last checkpoint, settle what it contains, publish its weights; returns its extra.
+
+        ``load=False`` (``train.resume=false``) keeps the fresh weights but still never reuses a
+        version number the pool already has.
+        """
+        tr = self.trainer
+        extra = tr.resume() if load else None
+        if extra is not None:
+            for lease_id, ids, version in extra.get("pending", []):
+                try:
+                    self.pool.settle(lease_id, ids, version)
+                except LeaseError:
+                    pass  # a checkpoint from another pool: nothing of it is here
+            if "lease_id" in extra:  # a checkpoint written before the ledger: one acked lease
+                try:
+                    self.pool.ack(extra["lease_id"], tr.version)
+                except LeaseError:
+                    pass  # acked before the restart, or expired (the old format cannot settle)
+        self.last_commit = tr.updates
+        if self.journal_path is not None and (extra is not None or self.journal_path.exists()):
+            journal.append(self.journal_path, {"event": "resume", "update": tr.updates})
+        latest = self.pool.latest_version(tr.policy)
+        if latest > tr.version:  # versions after the checkpoint were served: never reuse a number
+            tr.version = latest
+            record, _ = tr.publish(save=True)
+            self.pool.add_policy_version(record.model_copy(update={"metadata": {"restored_update": tr.updates}}))
+        elif extra is not None and tr.backend is not None:
+            tr.backend.load_weights(tr.policy, tr.adapter_state(), tr.version)
+        return extra
