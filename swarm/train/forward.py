@@ -2,7 +2,8 @@
 
 Calls the model's decoder (``get_decoder()``) directly with the tree mask and depth position
 ids, then applies the LM head only at the *predicting* positions (each distinct one once), so
-the full ``(B, L, vocab)`` logits are never materialised. Logits are divided by the sampling
+the full ``(B, L, vocab)`` logits are never materialised, and with a large vocabulary the
+predicting positions are scored in chunks whose logits are recomputed in the backward pass. Logits are divided by the sampling
 temperature before the softmax, so logprobs match what the backend sampled from.
 
 Works for peft-wrapped models (LoRA layers live inside the decoder) and plain ones. The mask is
@@ -13,8 +14,10 @@ cannot take an arbitrary tree mask. Does not compute losses.
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from swarm.merge.collate import Collated
 from swarm.train.tree_attention import IMPL, block_plan, tree_attention
@@ -34,11 +37,15 @@ def target_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     block_size: int | None = 128,
+    logit_chunk_elems: int = 1 << 25,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-target logprobs ``(T,)`` (with grad if enabled) and, optionally, entropies (no grad).
 
     ``block_size``: masked rows on an SDPA model use block-sparse tree attention with query
     blocks of this size (``tree_attention``); None runs the dense mask through plain SDPA.
+    ``logit_chunk_elems``: at most this many float logits (positions x vocab) live at once; longer
+    target lists are cut into chunks whose logits the backward recomputes (bounded memory for
+    real vocabularies: 2^25 floats = 128 MiB, ~220 positions of a 151,936-token vocabulary).
     """
     lm = base_causal_lm(model)
     device = next(lm.parameters()).device
@@ -47,7 +54,7 @@ def target_logprobs(
     extra = {}
     if mask is not None:
         mask = mask.to(device)
-        if lm.config._attn_implementation == "sdpa" and block_size:
+        if lm.config._attn_implementation in ("sdpa", IMPL) and block_size:
             extra["swarm_tree_plan"] = block_plan(mask, block_size)
             ctx = tree_attention(lm)
         elif lm.config._attn_implementation not in ("sdpa", IMPL):
@@ -65,13 +72,41 @@ def target_logprobs(
     length = hidden.shape[1]
     flat = (col.predict_row * length + col.predict_pos).to(device)
     uniq, inverse = torch.unique(flat, return_inverse=True)
-    logits = lm.get_output_embeddings()(hidden.reshape(-1, hidden.shape[-1])[uniq]).float()
+    h = hidden.reshape(-1, hidden.shape[-1])[uniq]
+    head = lm.get_output_embeddings()
     cap = getattr(lm.config, "final_logit_softcapping", None)
+    targets = col.target_ids.to(device)
+    rows = max(1, logit_chunk_elems // max(1, head.weight.shape[0]))
+    if h.shape[0] <= rows:  # one chunk: nothing to save by recomputing
+        return _head_logprobs(head, h, inverse, targets, temperature, cap, with_entropy)
+    # (positions x vocab) float logits per chunk only; the backward recomputes each chunk's
+    # logits from its hidden rows instead of keeping them all (checkpoint)
+    order = torch.argsort(inverse)
+    starts = torch.searchsorted(inverse[order], torch.arange(0, h.shape[0] + rows, rows, device=device))
+    pieces, ents = [], []
+    for c, a in enumerate(range(0, h.shape[0], rows)):
+        sel = order[starts[c]:starts[c + 1]]
+        if sel.numel() == 0:
+            continue
+        fn = functools.partial(_head_logprobs, head, temperature=temperature, cap=cap, with_entropy=with_entropy)
+        lp, en = checkpoint(fn, h[a:a + rows], inverse[sel] - a, targets[sel], use_reentrant=False)
+        pieces.append(lp)
+        ents.append(en)
+    back = torch.argsort(order)
+    logp = torch.cat(pieces)[back]
+    entropy = torch.cat(ents)[back] if with_entropy else None
+    return logp, entropy
+
+
+def _head_logprobs(head: torch.nn.Module, h: torch.Tensor, inverse: torch.Tensor, targets: torch.Tensor,
+                   temperature: float, cap: float | None, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs (and entropies) of ``targets`` predicted from hidden rows ``h[inverse]``."""
+    logits = head(h).float()
     if cap:
         logits = torch.tanh(logits / cap) * cap
     logits = logits / temperature
     logz = torch.logsumexp(logits, dim=-1)
-    logp = logits[inverse, col.target_ids.to(device)] - logz[inverse]
+    logp = logits[inverse, targets] - logz[inverse]
     entropy = None
     if with_entropy:
         with torch.no_grad():
