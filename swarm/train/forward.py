@@ -22,7 +22,10 @@ from torch.utils.checkpoint import checkpoint
 from swarm.merge.collate import Collated
 from swarm.train.tree_attention import IMPL, block_plan, tree_attention
 
-__all__ = ["target_logprobs", "base_causal_lm"]
+__all__ = ["target_logprobs", "base_causal_lm", "LOGIT_CHUNK_ELEMS"]
+
+# 2^25 float32 logits = 128 MiB at once: ~220 positions of a 151,936-token vocabulary
+LOGIT_CHUNK_ELEMS = 1 << 25
 
 
 def base_causal_lm(model: torch.nn.Module) -> torch.nn.Module:
@@ -37,7 +40,7 @@ def target_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     block_size: int | None = 128,
-    logit_chunk_elems: int = 1 << 25,
+    logit_chunk_elems: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-target logprobs ``(T,)`` (with grad if enabled) and, optionally, entropies (no grad).
 
@@ -45,7 +48,7 @@ def target_logprobs(
     blocks of this size (``tree_attention``); None runs the dense mask through plain SDPA.
     ``logit_chunk_elems``: at most this many float logits (positions x vocab) live at once; longer
     target lists are cut into chunks whose logits the backward recomputes (bounded memory for
-    real vocabularies: 2^25 floats = 128 MiB, ~220 positions of a 151,936-token vocabulary).
+    real vocabularies). None: :data:`LOGIT_CHUNK_ELEMS`.
     """
     lm = base_causal_lm(model)
     device = next(lm.parameters()).device
@@ -76,7 +79,7 @@ def target_logprobs(
     head = lm.get_output_embeddings()
     cap = getattr(lm.config, "final_logit_softcapping", None)
     targets = col.target_ids.to(device)
-    rows = max(1, logit_chunk_elems // max(1, head.weight.shape[0]))
+    rows = max(1, (logit_chunk_elems or LOGIT_CHUNK_ELEMS) // max(1, head.weight.shape[0]))
     if h.shape[0] <= rows:  # one chunk: nothing to save by recomputing
         return _head_logprobs(head, h, inverse, targets, temperature, cap, with_entropy)
     # (positions x vocab) float logits per chunk only; the backward recomputes each chunk's
