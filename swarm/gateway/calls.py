@@ -200,7 +200,8 @@ async def generate(state: GatewayState, plan: CallPlan) -> list[Generation]:
     return finalize(gens)
 
 
-def _steps(plan: CallPlan, gens: list[Generation], base_index: int, parent: str | None) -> list[Step]:
+def _steps(plan: CallPlan, gens: list[Generation], base_index: int, parent: str | None,
+           state_backend: Any = None) -> list[Step]:
     ep, req = plan.episode, plan.request
     ids = [new_id("step") for _ in gens]
     group = ep.group_id or (plan.cid if len(gens) > 1 else None)
@@ -212,6 +213,10 @@ def _steps(plan: CallPlan, gens: list[Generation], base_index: int, parent: str 
         if g.prompt_ids != plan.prompt.prompt_ids:  # the backend re-tokenized: record what it consumed
             consistent = False if consistent is not None else None
             meta["prefix_reason"] = "the backend consumed other prompt ids than the gateway built"
+        exact = getattr(state_backend, "exact_tokens", None)
+        if exact is not None and not exact(plan.policy):  # e.g. an upstream API: its tokens are unknown here
+            consistent = False
+            meta["prefix_reason"] = "the backend's model tokenizes for itself: no exact token ids"
         if len(gens) > 1:
             meta["siblings"] = ids
         if req.tools:
@@ -249,7 +254,7 @@ async def store(state: GatewayState, plan: CallPlan, gens: list[Generation]) -> 
     async with state.episode_lock(ep_id):
         last = await state.db(state.pool.last_step, ep_id, with_tokens=False)
         parent = plan.prompt.parent_step_id or (last.step_id if last else None)
-        steps = _steps(plan, gens, 0 if last is None else last.index + 1, parent)
+        steps = _steps(plan, gens, 0 if last is None else last.index + 1, parent, state.backend)
         # the pool numbers them in its write transaction: another gateway may write this episode too
         await state.write(state.pool.add_steps, steps, append=True)
     return steps
