@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -44,6 +45,7 @@ from swarm.policy.chat import LocalTokenizer
 __all__ = ["UpstreamBackend", "DEFAULT_API_KEY_ENV"]
 
 DEFAULT_API_KEY_ENV = "SWARM_UPSTREAM_API_KEY"
+_URL = re.compile(r"\b(?:https?|wss?)://\S+")
 
 
 class RateLimitError(BackendError):
@@ -125,6 +127,7 @@ class UpstreamBackend(LocalTokenizer):
         self._models = dict(policies) if isinstance(policies, dict) else {p: model or p for p in policies}
         api_key = api_key or (os.environ.get(api_key_env) if api_key_env else None)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._api_key = api_key
         self._max_tokens = int(max_tokens)
         self._max_stop = int(max_stop)
         self._completions = bool(completions)
@@ -229,10 +232,12 @@ class UpstreamBackend(LocalTokenizer):
 
     def _error(self, exc: SwarmError, policy: str) -> SwarmError:
         """The upstream's failure as the caller should see it: right status, no URL or credentials."""
-        if isinstance(exc, ValidationError | ContextLengthError):  # the request's fault; says nothing internal
+        if isinstance(exc, ValidationError):
             return exc
+        if isinstance(exc, ContextLengthError):  # the request's fault; the upstream's words, scrubbed
+            return ContextLengthError(self._scrub(exc.message), policy=policy)
         status = exc.context.get("status")
-        reason = exc.message.split(": ", 1)[-1].replace(self.base_url, "<upstream>") if status else ""
+        reason = self._scrub(exc.message.split(": ", 1)[-1]) if status else ""
         if status in (400, 422):
             return ValidationError(f"the upstream model rejected the request: {reason}", policy=policy,
                                    code="upstream_rejected")
@@ -247,6 +252,12 @@ class UpstreamBackend(LocalTokenizer):
         if status:
             return BackendError(f"the upstream model failed (HTTP {status})", policy=policy)
         return BackendError("the upstream model is unreachable or its answer was unreadable", policy=policy)
+
+    def _scrub(self, text: str) -> str:
+        """An upstream message without addresses or our credentials."""
+        if self._api_key:
+            text = text.replace(self._api_key, "***")
+        return _URL.sub("<url>", text)
 
     async def _mapped(self, events: AsyncIterator[dict]) -> AsyncIterator[dict]:
         try:
