@@ -16,18 +16,31 @@ from typing import Any
 
 import mlflow
 
-__all__ = ["tracking_uri", "flatten", "open_run", "log_metrics", "render_trajectory", "log_text"]
+__all__ = ["tracking_uri", "redact", "flatten", "open_run", "log_metrics", "render_trajectory", "log_text"]
 
 
 def tracking_uri(configured: str | None) -> str:
     return configured or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlruns.db"
 
 
+_SECRET_KEYS = ("api_key", "apikey", "password", "secret", "access_token", "auth_token", "hf_token")
+
+
+def redact(cfg: Any) -> Any:
+    """The config with string values of secret-looking keys (``api_key``, ``*secret*``, ...) replaced by ``***``."""
+    if isinstance(cfg, dict):
+        return {k: "***" if isinstance(v, str) and any(s in str(k).lower() for s in _SECRET_KEYS)
+                and not str(k).lower().endswith("_env") else redact(v) for k, v in cfg.items()}
+    if isinstance(cfg, list):
+        return [redact(v) for v in cfg]
+    return cfg
+
+
 def flatten(cfg: Any, prefix: str = "") -> dict[str, str]:
     """``{"algo.lr": "0.002", ...}``: MLflow params (values truncated to MLflow's 6000 chars)."""
     out: dict[str, str] = {}
     if isinstance(cfg, dict):
-        for k, v in cfg.items():
+        for k, v in redact(cfg).items():
             out.update(flatten(v, f"{prefix}{k}."))
     else:
         out[prefix[:-1]] = json.dumps(cfg)[:6000] if isinstance(cfg, list) else str(cfg)[:6000]
@@ -56,7 +69,7 @@ def open_run(uri: str | None, experiment: str, run_name: str, config: dict[str, 
         return run
     run = mlflow.start_run(run_name=run_name, nested=nested, parent_run_id=parent_run_id)
     mlflow.log_params(flatten(config))
-    mlflow.log_dict(config, "config.json")
+    mlflow.log_dict(redact(config), "config.json")  # secrets come from the environment, never the run
     return run
 
 

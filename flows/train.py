@@ -42,6 +42,7 @@ from swarm.pool import Lease, Pool
 from swarm.stack import start_stack
 from swarm.train import Ledger, Trainer, distributed, items_from_steps
 from swarm.train import quarantine as quarantine_mod
+from swarm.train.base_model import policy_models
 from swarm.train.faults import crash_point
 
 __all__ = ["train_flow", "run_update", "follow_flow", "main"]
@@ -158,8 +159,8 @@ def train_flow(cfg: dict[str, Any]) -> dict[str, Any]:
                            pad_id=int(getattr(getattr(backend, "tokenizer", None), "pad_token_id", 0) or 0))
     tc = distributed.broadcast_object(tc)  # torchrun: follow_flow receives it
     device = distributed.local_device(str(cfg["train"].get("device", "cpu")))
-    trainers = {p: Trainer.from_pretrained(path, tc, policy=p, backend=backend, out_dir=out, device=device)
-                for p in policies}
+    models = _trainer_models(cfg, path, tc, policies, device)
+    trainers = {p: Trainer(models[p], tc, policy=p, backend=backend, out_dir=out, tokenizer=path) for p in policies}
     ttl = float(cfg["train"]["lease_ttl_s"])
     ledgers = {p: Ledger(tr, pool, every=int(cfg["train"].get("checkpoint_every", 10)), ttl_s=ttl)
                for p, tr in trainers.items()}
@@ -244,12 +245,19 @@ def follow_flow(cfg: dict[str, Any]) -> int:
     tc = distributed.broadcast_object(None)  # train_flow's TrainConfig (pad id from rank 0's backend)
     device = distributed.local_device(str(cfg["train"].get("device", "cpu")))
     path = trainer_model_path(cfg["model"])
-    trainers = {p: Trainer.from_pretrained(path, tc, policy=p, out_dir=cfg["train"]["out_dir"], device=device)
-                for p in cfg["policies"]}
+    models = _trainer_models(cfg, path, tc, list(cfg["policies"]), device)
+    trainers = {p: Trainer(models[p], tc, policy=p, out_dir=cfg["train"]["out_dir"],
+                        tokenizer=path) for p in cfg["policies"]}
     if cfg["train"].get("resume", True):
         for tr in trainers.values():
             tr.resume()  # the checkpoint rank 0 resumes from (shared out_dir)
     return distributed.follow(trainers)
+
+
+def _trainer_models(cfg: dict[str, Any], path: str, tc: Any, policies: list[str], device: Any) -> dict[str, Any]:
+    """One shared frozen base (``model.dtype``) with a LoRA adapter per policy; full fine-tuning: one copy each."""
+    return policy_models(path, tc.lora, policies, dtype=str(cfg["model"].get("dtype") or "float32"), device=device,
+                         gradient_checkpointing=bool(cfg["train"].get("gradient_checkpointing", False)))
 
 
 def _log_samples(steps: list, backend: Any, policy: str, version: int, n: int) -> None:

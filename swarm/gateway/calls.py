@@ -37,7 +37,7 @@ def finalize(gens: list[Generation], tool_calls: bool = True) -> list[Generation
 
     Backends may return the full sampled text (markup included) next to the parsed calls; the
     client sees, and the step stores, the content without the blocks (the ids keep everything).
-    ``tool_calls=False`` (``tool_choice: "none"``): no calls are reported, the text stays as sampled.
+    ``tool_calls=False`` (``tool_choice: "none"``): no calls are reported (the ids keep what was sampled).
     """
     out = []
     for g in gens:
@@ -204,7 +204,8 @@ async def generate(state: GatewayState, plan: CallPlan) -> list[Generation]:
     return finalize(gens, plan.tool_calls)
 
 
-def _steps(plan: CallPlan, gens: list[Generation], base_index: int, parent: str | None) -> list[Step]:
+def _steps(plan: CallPlan, gens: list[Generation], base_index: int, parent: str | None,
+           state_backend: Any = None) -> list[Step]:
     ep, req = plan.episode, plan.request
     ids = [new_id("step") for _ in gens]
     group = ep.group_id or (plan.cid if len(gens) > 1 else None)
@@ -216,6 +217,10 @@ def _steps(plan: CallPlan, gens: list[Generation], base_index: int, parent: str 
         if g.prompt_ids != plan.prompt.prompt_ids:  # the backend re-tokenized: record what it consumed
             consistent = False if consistent is not None else None
             meta["prefix_reason"] = "the backend consumed other prompt ids than the gateway built"
+        exact = getattr(state_backend, "exact_tokens", None)
+        if exact is not None and not exact(plan.policy):  # e.g. an upstream API: its tokens are unknown here
+            consistent = False
+            meta["prefix_reason"] = "the backend's model tokenizes for itself: no exact token ids"
         if len(gens) > 1:
             meta["siblings"] = ids
         if req.tools:
@@ -262,7 +267,7 @@ async def store(state: GatewayState, plan: CallPlan, gens: list[Generation]) -> 
     async with state.episode_lock(ep_id):
         last = state.episodes.known(ep_id)
         parent = plan.prompt.parent_step_id or (last.step_id if last else None)
-        steps = _steps(plan, gens, 0 if last is None else last.index + 1, parent)
+        steps = _steps(plan, gens, 0 if last is None else last.index + 1, parent, state.backend)
         await state.step_writer.submit(steps)
         state.episodes.remember(ep_id, steps)
     return steps

@@ -116,7 +116,8 @@ async def _close(it: AsyncIterator[Any]) -> None:
 
 async def chat_events(state: GatewayState, plan: CallPlan, first: Any, it: AsyncIterator[Any]) -> AsyncIterator[bytes]:
     cid, created, model, n = plan.cid, plan.created, plan.policy, plan.request.sampling.n
-    markers = state.settings.tool_call_markers if plan.request.tools else ()
+    own = getattr(state.backend, "tool_call_markers", None)  # the policy's tool parser (model.tool_parser)
+    markers = (state.settings.tool_call_markers + (tuple(own(plan.policy)) if own else ())) if plan.request.tools else ()
     holds = [Holdback(markers) for _ in range(n)]
     gens: list[Generation] = []
     try:

@@ -11,6 +11,12 @@ Replies are deterministic functions of the prompt text:
 - when tools are given and the last turn is a user turn, it calls the first tool with
   ``{"input": <that user text>}`` (so a tool loop is user -> tool call -> tool result -> echo).
 
+With ``family="llama3"`` (or ``qwen3``, ``mistral``, ...; see :mod:`swarm.policy.templates`) it
+speaks that chat-template family instead: the family's jinja template renders the prompt, its
+control tokens are single ids, its end-of-turn token closes each reply, tool calls are written in
+its tool-call syntax and parsed back with its parser, and a reasoning family (qwen3) opens every
+reply with a short ``<think>`` block that the template drops from the history.
+
 Every sampled token gets logprob 0.0 (the "distribution" is a point mass). It does not sample,
 batch, train or load weights (``load_weights`` only bumps the version).
 """
@@ -26,16 +32,16 @@ from typing import Any
 
 from swarm.errors import ContextLengthError
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
+from swarm.policy.templates import get_family
 from swarm.policy.textguard import guard_chat, split_guarded
+from swarm.policy.toolcalls import TOOL_CALL_OPEN, get_tool_parser
 
 __all__ = ["EchoBackend", "SPECIAL_TOKENS"]
 
 SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
-_SPECIAL_IDS = {tok: 256 + i for i, tok in enumerate(SPECIAL_TOKENS)}
-_ID_SPECIAL = {i: tok for tok, i in _SPECIAL_IDS.items()}
-_SPECIAL_RE = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + ")")
 _TURN_RE = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|$)", re.S)
 EOS = "<|im_end|>"
+THINK = "<think>\nechoing the last turn\n</think>\n\n"
 
 
 def _content_text(content: Any) -> str:
@@ -69,13 +75,26 @@ class EchoBackend(VersionTable):
         reply: str | None = None,
         max_context: int = 4096,
         delay_s: float = 0.0,
+        family: str | None = None,
     ) -> None:
         self._versions = {p: 0 for p in policies}
         self._reply = reply
         self._max_context = max_context
         self._delay_s = delay_s
+        self._family = None if family is None else get_family(family)
+        self._parser = None if self._family is None else get_tool_parser(self._family.tool_parser)
+        specials = SPECIAL_TOKENS if self._family is None else tuple(
+            t for t in self._family.special_tokens if t not in ("<think>", "</think>"))  # those decode as text
+        self._special_ids = {tok: 256 + i for i, tok in enumerate(specials)}
+        self._id_special = {i: tok for tok, i in self._special_ids.items()}
+        self._special_re = re.compile("(" + "|".join(re.escape(t) for t in specials) + ")")
+        self._eos = EOS if self._family is None else self._family.end_of_turn
 
     # -- PolicyBackend: metadata -------------------------------------------------------------
+    def tool_call_markers(self, policy: str) -> tuple[str, ...]:
+        """Where this policy's tool-call syntax starts: streamed text is held back from there."""
+        return self._parser.markers if self._parser is not None else (TOOL_CALL_OPEN,)
+
     def max_context(self, policy: str) -> int:
         self._check_policy(policy)
         return self._max_context
@@ -92,8 +111,15 @@ class EchoBackend(VersionTable):
         tools: list[dict[str, Any]] | None,
         add_generation_prompt: bool,
     ) -> str:
+        # client text stays text, for every family (the family's own control tokens included)
+        messages, tools = guard_chat(messages, tools, tuple(self._special_ids))
+        if self._family is not None:
+            from transformers.utils.chat_template_utils import render_jinja_template
+
+            rendered, _ = render_jinja_template([messages], tools=tools or None, chat_template=self._family.text(),
+                                                add_generation_prompt=add_generation_prompt)
+            return rendered[0]
         parts: list[str] = []
-        messages, tools = guard_chat(messages, tools, SPECIAL_TOKENS)  # client text stays text
         if tools:
             parts.append("<|im_start|>system\n# Tools\n" + json.dumps(tools, sort_keys=True, ensure_ascii=False)
                          + "<|im_end|>\n")
@@ -114,9 +140,9 @@ class EchoBackend(VersionTable):
             if literal:  # guarded client text: bytes, even where it spells a control token
                 ids.extend(chunk.encode("utf-8"))
                 continue
-            for piece in _SPECIAL_RE.split(chunk):
-                if piece in _SPECIAL_IDS:
-                    ids.append(_SPECIAL_IDS[piece])
+            for piece in self._special_re.split(chunk):
+                if piece in self._special_ids:
+                    ids.append(self._special_ids[piece])
                 elif piece:
                     ids.extend(piece.encode("utf-8"))
         return ids
@@ -124,16 +150,16 @@ class EchoBackend(VersionTable):
     def vocab_size(self, policy: str) -> int:
         """Token ids are bytes (0-255) and the special tokens after them."""
         self._check_policy(policy)
-        return 256 + len(SPECIAL_TOKENS)
+        return 256 + len(self._special_ids)
 
     def decode(self, policy: str, ids: list[int]) -> str:
         out: list[str] = []
         buf = bytearray()
         for i in ids:
-            if i in _ID_SPECIAL:
+            if i in self._id_special:
                 out.append(buf.decode("utf-8", errors="replace"))
                 buf.clear()
-                out.append(_ID_SPECIAL[i])
+                out.append(self._id_special[i])
             else:
                 buf.append(i & 0xFF)
         out.append(buf.decode("utf-8", errors="replace"))
@@ -156,7 +182,11 @@ class EchoBackend(VersionTable):
 
     def _complete(self, request: GenerateRequest, prompt_ids: list[int]) -> Generation:
         policy, max_tokens = request.policy, request.sampling.max_tokens
-        turns = [t for t in _TURN_RE.findall(self.decode(policy, prompt_ids)) if t[0] != "assistant"]
+        if request.messages is not None:
+            turns = [(m.get("role", "user"), _content_text(m.get("content"))) for m in request.messages
+                     if m.get("role") != "assistant"]
+        else:
+            turns = [t for t in _TURN_RE.findall(self.decode(policy, prompt_ids)) if t[0] != "assistant"]
         last_role, last_text = turns[-1] if turns else ("user", "")
         tool_calls: list[dict[str, Any]] = []
         if request.tools and last_role == "user" and self._reply is None:
@@ -164,10 +194,14 @@ class EchoBackend(VersionTable):
             call_id = "call_" + hashlib.sha1(bytes(str(prompt_ids), "ascii")).hexdigest()[:16]
             args = json.dumps({"input": last_text})
             tool_calls = [{"id": call_id, "type": "function", "function": {"name": fn.get("name", "tool"), "arguments": args}}]
-            body = _tool_call_text(tool_calls[0])
+            body = (_tool_call_text(tool_calls[0]) if self._parser is None
+                    else self._parser.format_call(fn.get("name", "tool"), {"input": last_text}))
             content = ""
         else:
             body = content = self._reply if self._reply is not None else last_text
+        if self._family is not None and self._family.reasoning:
+            body = THINK + body
+            content = THINK + content if content or not tool_calls else content
         for s in request.sampling.stop:
             if s and s in body and not tool_calls:
                 body = content = body[: body.index(s)]
@@ -177,7 +211,7 @@ class EchoBackend(VersionTable):
             ids, tool_calls, finish = ids[:max_tokens], [], "length"
             content = self.decode(policy, ids)
         else:
-            ids = ids + [_SPECIAL_IDS[EOS]]
+            ids = ids + [self._special_ids[self._eos]]
         return Generation(
             prompt_ids=prompt_ids,
             response_ids=ids,

@@ -39,8 +39,8 @@ from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTa
 from swarm.policy.chat import LocalTokenizer
 from swarm.policy.constraint import Constraint, Grammars
 from swarm.policy.lora import DEFAULT_LORA, attach_adapters, get_adapter_state, load_adapter_state, load_base_state
+from swarm.policy.templates import parser_for
 from swarm.policy.tiny import load_template
-from swarm.policy.toolcalls import parse_tool_calls
 
 __all__ = ["HFBackend", "DEFAULT_LORA"]
 
@@ -72,6 +72,9 @@ class HFBackend(LocalTokenizer, VersionTable):
     in ``swarm/policy/templates`` to replace the tokenizer's own. ``torch_threads`` sets torch's
     (process-wide) intra-op threads; 1 is much faster for tiny models on a shared CPU.
 
+    ``tool_parser``: how tool calls are read from the model's text (``hermes``, ``llama3_json``,
+    ``mistral``; default: the parser of the ``chat_template`` family, else hermes).
+
     ``.model`` (the peft model, or the base model when no policy has an adapter), ``.base_model``
     and ``.tokenizer`` are the live objects, for a trainer in the same process.
     """
@@ -91,6 +94,7 @@ class HFBackend(LocalTokenizer, VersionTable):
         chat_template: str | None = None,
         attn_implementation: str | None = None,
         torch_threads: int | None = None,
+        tool_parser: str | None = None,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -114,6 +118,7 @@ class HFBackend(LocalTokenizer, VersionTable):
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         if chat_template is not None:
             self.tokenizer.chat_template = chat_template if "{" in chat_template else load_template(chat_template)
+        self.tool_parser = parser_for(tool_parser, chat_template)
         torch_dtype = getattr(torch, dtype) if dtype != "auto" else "auto"
         kwargs: dict[str, Any] = {"dtype": torch_dtype}
         if attn_implementation:
@@ -156,6 +161,10 @@ class HFBackend(LocalTokenizer, VersionTable):
         return ids
 
     # ----------------------------------------------------------------------------- protocol: info
+    def tool_call_markers(self, policy: str) -> tuple[str, ...]:
+        """Where this policy's tool-call syntax starts: streamed text is held back from there."""
+        return self.tool_parser.markers
+
     def max_context(self, policy: str) -> int:
         self._check_policy(policy)
         return self._max_context
@@ -387,12 +396,13 @@ class HFBackend(LocalTokenizer, VersionTable):
         def on_finish(row: Row) -> None:
             job: _Job = row.owner
             c = job.request.constraint
+            content, calls = self.tool_parser.split(row.text)
             job.finals[row.index] = Generation(
                 prompt_ids=list(job.prompt_ids),
                 response_ids=list(row.ids),
                 logprobs=list(row.logprobs),
-                text=row.text,
-                tool_calls=parse_tool_calls(row.text),
+                text=content,
+                tool_calls=calls,
                 finish_reason=row.finish_reason or "stop",
                 policy_version=job.version,
                 constraint=None if c is None else self.grammars().record(c),

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TinySpec", "ensure_tiny_model", "default_cache_dir", "TEMPLATES_DIR", "load_template", "SPECIAL_TOKENS"]
+__all__ = ["TinySpec", "ensure_tiny_model", "ensure_family_model", "default_cache_dir", "TEMPLATES_DIR", "load_template", "SPECIAL_TOKENS"]
 
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 # ids 0..4, in this order: the first three are special (skipped by skip_special_tokens), the
@@ -60,7 +60,11 @@ def default_cache_dir() -> Path:
 
 
 def load_template(name: str) -> str:
-    """A chat template shipped in ``swarm/policy/templates`` (``tiny_chatml`` or ``chatml_qwen``)."""
+    """A chat template shipped in ``swarm/policy/templates``: a file stem or a family name (``llama3``, ...)."""
+    from swarm.policy.templates import FAMILIES
+
+    if name in FAMILIES:
+        return FAMILIES[name].text()
     return (TEMPLATES_DIR / f"{name.removesuffix('.jinja')}.jinja").read_text()
 
 
@@ -103,6 +107,50 @@ def ensure_tiny_model(
         try:
             os.rename(tmp, final)
         except OSError:  # another process finished first: keep theirs
+            if not (final / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def ensure_family_model(family: str, seed: int = 0, cache_dir: Path | str | None = None) -> Path:
+    """The tiny model speaking chat-template ``family`` (``llama3``, ``qwen3``, ``mistral``, ...).
+
+    A copy of :func:`ensure_tiny_model` whose tokenizer has the family's control tokens as
+    special tokens (single ids; the embedding matrix grows by one random row each), the family's
+    template as its chat template, and the family's end-of-turn token as its eos token (in the
+    generation config too). For testing a family's chat format end to end without a download.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from swarm.policy.templates import get_family
+
+    fam = get_family(family)
+    src = ensure_tiny_model(cache_dir, seed=seed)
+    final = src.with_name(f"{src.name}-{fam.name}-{_CORPUS_VERSION}")
+    if (final / "config.json").exists():
+        return final
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=src.parent))
+    try:
+        tok = AutoTokenizer.from_pretrained(src)
+        new = [t for t in fam.special_tokens if t not in tok.get_vocab()]
+        tok.add_special_tokens({"additional_special_tokens": new}, replace_extra_special_tokens=False)
+        tok.eos_token = fam.end_of_turn
+        tok.chat_template = fam.text()
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model.resize_token_embeddings(len(tok), mean_resizing=False)
+        eos = tok.convert_tokens_to_ids(fam.end_of_turn)
+        model.config.eos_token_id = eos
+        model.generation_config.eos_token_id = [eos, tok.pad_token_id]
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:
             if not (final / "config.json").exists():
                 raise
     finally:

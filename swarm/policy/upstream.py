@@ -1,37 +1,70 @@
 """The ``upstream`` backend: any OpenAI-compatible server (frozen opponents, judges, API models).
 
-Chat requests go to ``/chat/completions`` and raw prompt ids to ``/completions`` over httpx (the
-transport is injectable, e.g. ``httpx.MockTransport`` in tests). It records the text, the tool
-calls and whatever token data the server returns: logprobs from ``logprobs.content``, token ids
-from ``token_id:<n>`` token strings or ``token_ids`` / ``prompt_token_ids`` fields (vLLM). When
-the server returns none, the ids are empty and the logprobs ``None``: such steps are fine for
-evaluation and opponents, not for training.
+Chat requests go to ``/chat/completions`` over httpx (the transport is injectable, e.g.
+``httpx.MockTransport`` in tests). Forwarded: the messages, tools, sampling (``temperature``,
+``top_p``, ``n``, ``seed``, ``stop``, ``max_tokens``) and ``logprobs``; ``extra_body`` is merged
+into every request.
+
+What is recorded, honestly:
+
+- text and tool calls as the server returns them;
+- token ids only when the server returns them (``token_id:<n>`` token strings, or ``token_ids`` /
+  ``prompt_token_ids`` fields as vLLM does), logprobs only from ``logprobs.content``. Without
+  them the ids are empty and the logprobs ``None`` (fine for opponents and judges, not for
+  training); the prompt ids are never our local tokenizer's guess of the server's tokens, so such
+  steps are not prefix consistent.
+- ``tokenizer_path`` is optional. Without it the backend has no vocabulary: prompts are planned on
+  a plain-text rendering of the messages and carry no ids; ``/v1/completions`` (token ids in,
+  token ids out) is refused, and so it is with a tokenizer unless ``completions: true`` says the
+  server shares that tokenizer's vocabulary.
 
 ``response_format`` / ``tool_choice`` constraints are passed on in OpenAI's form for the server to
 enforce; the step records the constraint, but the trainer cannot replay a server's own masks.
 
-It does not train: the version is always 0 and ``load_weights`` raises. It has no tokenizer
-unless ``tokenizer_path`` is given, so ``render_chat`` / ``encode`` / ``decode`` raise without one.
+Errors are mapped without leaking the upstream's address or credentials: a request the upstream
+rejects (400/422) is the caller's 400 with the upstream's reason, a rate limit stays 429, an
+authentication failure or an unknown model is a 502 saying the gateway is misconfigured, other
+failures a 502. The api key is read from the environment variable ``api_key_env`` (default
+``SWARM_UPSTREAM_API_KEY``), so it never sits in a config file or the MLflow params.
+
+It does not train: the version is always 0 and ``load_weights`` raises.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
-from swarm.errors import BackendError, NotFoundError
+from swarm.errors import BackendError, ContextLengthError, NotFoundError, SwarmError, ValidationError
 from swarm.policy._http import post_json, sse_events, token_id
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta
 from swarm.policy.chat import LocalTokenizer
 
-__all__ = ["UpstreamBackend"]
+__all__ = ["UpstreamBackend", "DEFAULT_API_KEY_ENV"]
+
+DEFAULT_API_KEY_ENV = "SWARM_UPSTREAM_API_KEY"
+_URL = re.compile(r"\b(?:https?|wss?)://\S+")
 
 
-def _sampling_body(request: GenerateRequest) -> dict[str, Any]:
+class RateLimitError(BackendError):
+    """The upstream rate-limited the gateway; the client may retry later."""
+
+    status_code = 429
+    error_type = "rate_limit_error"
+
+
+def _sampling_body(request: GenerateRequest, max_tokens: int, max_stop: int) -> dict[str, Any]:
     s = request.sampling
-    body: dict[str, Any] = {"max_tokens": s.max_tokens, "temperature": s.temperature, "top_p": s.top_p, "n": s.n}
+    if len(s.stop) > max_stop:
+        raise ValidationError(f"stop: the upstream model accepts at most {max_stop} stop strings, got {len(s.stop)}",
+                              param="stop", policy=request.policy)
+    body: dict[str, Any] = {"max_tokens": min(s.max_tokens, max_tokens), "temperature": s.temperature,
+                            "top_p": s.top_p, "n": s.n}
     if s.stop:
         body["stop"] = list(s.stop)
     if s.seed is not None:
@@ -69,6 +102,9 @@ class UpstreamBackend(LocalTokenizer):
     ``policies``: names served (a list: each maps to ``model``, or to itself when ``model`` is
     None; or a dict ``name -> upstream model id``). ``extra_body`` is merged into every request
     (e.g. ``{"return_token_ids": True}`` for vLLM). ``logprobs=False`` for servers that reject it.
+    ``max_tokens``: the most new tokens asked per call (a request asking more gets this many; the
+    gateway's default would be the whole context). ``max_stop``: stop strings allowed (OpenAI: 4).
+    ``api_key``: for programmatic use; configs name an environment variable (``api_key_env``).
     """
 
     supports_constraints = True  # passed on to the server (see _body)
@@ -85,11 +121,22 @@ class UpstreamBackend(LocalTokenizer):
         max_context: int = 32768,
         logprobs: bool = True,
         extra_body: dict[str, Any] | None = None,
+        api_key_env: str | None = DEFAULT_API_KEY_ENV,
+        max_tokens: int = 4096,
+        max_stop: int = 4,
+        completions: bool = False,
+        tool_parser: str | None = None,
     ) -> None:
         if isinstance(policies, str):
             policies = [policies]
         self._models = dict(policies) if isinstance(policies, dict) else {p: model or p for p in policies}
+        api_key = api_key or (os.environ.get(api_key_env) if api_key_env else None)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._api_key = api_key
+        self._max_tokens = int(max_tokens)
+        self._max_stop = int(max_stop)
+        self._completions = bool(completions)
+        del tool_parser  # the upstream parses its own tool calls (accepted so model configs stay uniform)
         self.base_url = base_url.rstrip("/")
         self._client = httpx.AsyncClient(
             base_url=self.base_url, headers=headers, transport=transport, timeout=httpx.Timeout(timeout_s)
@@ -117,6 +164,38 @@ class UpstreamBackend(LocalTokenizer):
             raise BackendError("the upstream backend has no local tokenizer (pass tokenizer_path)", policy=policy)
         return self.tokenizer
 
+    # without a tokenizer: a plain-text rendering (for the gateway's prefix planning) and no ids
+    def render_chat(self, policy: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                    add_generation_prompt: bool) -> str:
+        if self.tokenizer is not None:
+            return super().render_chat(policy, messages, tools, add_generation_prompt)
+        self._model(policy)
+        head = json.dumps(tools, sort_keys=True, ensure_ascii=False) + "\n" if tools else ""
+        turns = "".join(json.dumps(m, sort_keys=True, ensure_ascii=False) + "\n" for m in messages)
+        return head + turns
+
+    def encode(self, policy: str, text: str) -> list[int]:
+        """Local ids (with a tokenizer); without one, none: the upstream tokenizes for itself."""
+        if self.tokenizer is not None:
+            return super().encode(policy, text)
+        self._model(policy)
+        return []
+
+    def decode(self, policy: str, ids: list[int]) -> str:
+        """Local text of ids (with a tokenizer); without one, ids cannot be read here."""
+        if self.tokenizer is not None:
+            return super().decode(policy, ids)
+        self._model(policy)
+        if ids:
+            raise BackendError("the upstream backend has no local tokenizer to decode ids (pass tokenizer_path)",
+                               policy=policy)
+        return ""
+
+    def exact_tokens(self, policy: str) -> bool:
+        """False: ids recorded for this policy are the upstream's (when it returns any), never ours."""
+        self._model(policy)
+        return False
+
     # ----------------------------------------------------------------------------- protocol
     def policies(self) -> list[str]:
         return list(self._models)
@@ -133,7 +212,8 @@ class UpstreamBackend(LocalTokenizer):
         raise BackendError("the upstream backend serves frozen weights; load_weights is not supported", policy=policy)
 
     def _body(self, request: GenerateRequest, stream: bool) -> tuple[str, dict[str, Any]]:
-        body: dict[str, Any] = {"model": self._model(request.policy), **_sampling_body(request), **self._extra}
+        body: dict[str, Any] = {"model": self._model(request.policy),
+                                **_sampling_body(request, self._max_tokens, self._max_stop), **self._extra}
         if stream:
             body["stream"] = True
         if request.messages is not None:
@@ -146,28 +226,69 @@ class UpstreamBackend(LocalTokenizer):
                 body.update(request.constraint.openai_fields())
             return "/chat/completions", body
         if request.prompt_ids is None:
-            from swarm.errors import ValidationError
-
             raise ValidationError("request needs messages or prompt_ids", policy=request.policy)
+        if not self._completions:
+            raise ValidationError(
+                "/v1/completions takes token ids, and this policy's upstream model has its own vocabulary: "
+                "use /v1/chat/completions (or set completions: true with the upstream's own tokenizer_path)",
+                param="prompt", policy=request.policy, code="unsupported_endpoint")
         body["prompt"] = list(request.prompt_ids)
         if self._logprobs:
             body["logprobs"] = 1
         if request.constraint is not None:
             fields = request.constraint.openai_fields()
             if "response_format" not in fields:
-                from swarm.errors import ValidationError
-
                 raise ValidationError("tool_choice needs a chat request on the upstream backend", param="tool_choice")
             body.update(fields)  # /v1/completions + response_format: vLLM and SGLang accept it
         return "/completions", body
 
+    def _error(self, exc: SwarmError, policy: str) -> SwarmError:
+        """The upstream's failure as the caller should see it: right status, no URL or credentials."""
+        if isinstance(exc, ValidationError):
+            return exc
+        if isinstance(exc, ContextLengthError):  # the request's fault; the upstream's words, scrubbed
+            return ContextLengthError(self._scrub(exc.message), policy=policy)
+        status = exc.context.get("status")
+        reason = self._scrub(exc.message.split(": ", 1)[-1]) if status else ""
+        if status in (400, 422):
+            return ValidationError(f"the upstream model rejected the request: {reason}", policy=policy,
+                                   code="upstream_rejected")
+        if status == 429:
+            return RateLimitError("the upstream model is rate-limiting this gateway; retry later", policy=policy)
+        if status in (401, 403):
+            return BackendError("the upstream model refused the gateway's credentials (a gateway configuration "
+                                "problem: check its api key environment variable)", policy=policy)
+        if status == 404:
+            return BackendError(f"the upstream does not serve the model configured for policy {policy!r}",
+                                policy=policy)
+        if status:
+            return BackendError(f"the upstream model failed (HTTP {status})", policy=policy)
+        return BackendError("the upstream model is unreachable or its answer was unreadable", policy=policy)
+
+    def _scrub(self, text: str) -> str:
+        """An upstream message without addresses or our credentials."""
+        if self._api_key:
+            text = text.replace(self._api_key, "***")
+        return _URL.sub("<url>", text)
+
+    async def _mapped(self, events: AsyncIterator[dict]) -> AsyncIterator[dict]:
+        try:
+            async for event in events:
+                yield event
+        except SwarmError as exc:
+            raise self._error(exc, exc.context.get("policy", "")) from None
+
     async def generate(self, request: GenerateRequest) -> list[Generation]:
         path, body = self._body(request, stream=False)
-        data = await post_json(self._client, path, body, policy=request.policy)
+        try:
+            data = await post_json(self._client, path, body, policy=request.policy)
+        except SwarmError as exc:
+            raise self._error(exc, request.policy) from None
         top_prompt = data.get("prompt_token_ids") or []
         gens = []
         for ch in sorted(data.get("choices") or [], key=lambda c: c.get("index", 0)):
-            prompt_ids = list(ch.get("prompt_token_ids") or top_prompt or request.prompt_ids or [])
+            local = request.prompt_ids if path == "/completions" else None  # chat: the server tokenized
+            prompt_ids = list(ch.get("prompt_token_ids") or top_prompt or local or [])
             if path == "/chat/completions":
                 msg = ch.get("message") or {}
                 text = msg.get("content") or ""
@@ -201,8 +322,8 @@ class UpstreamBackend(LocalTokenizer):
         path, body = self._body(request, stream=True)
         chat = path == "/chat/completions"
         acc: dict[int, dict[str, Any]] = {}
-        prompt_ids: list[int] = list(request.prompt_ids or [])
-        async for event in sse_events(self._client, path, body, policy=request.policy):
+        prompt_ids: list[int] = list(request.prompt_ids or []) if not chat else []
+        async for event in self._mapped(sse_events(self._client, path, body, policy=request.policy)):
             prompt_ids = list(event.get("prompt_token_ids") or prompt_ids)
             for ch in event.get("choices") or []:
                 i = int(ch.get("index", 0))

@@ -32,7 +32,7 @@ from swarm.policy._http import backend_error, post_json, raise_for_status, sse_e
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
 from swarm.policy.chat import LocalTokenizer
 from swarm.policy.constraint import Grammars
-from swarm.policy.toolcalls import parse_tool_calls
+from swarm.policy.templates import parser_for
 
 __all__ = ["VLLMBackend"]
 
@@ -89,6 +89,7 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         max_context: int | None = None,
         chat_template: str | None = None,
         timeout_s: float = 600.0,
+        tool_parser: str | None = None,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -113,6 +114,7 @@ class VLLMBackend(LocalTokenizer, VersionTable):
             from swarm.policy.tiny import load_template
 
             self.tokenizer.chat_template = chat_template if "{" in chat_template else load_template(chat_template)
+        self.tool_parser = parser_for(tool_parser, chat_template)
         self.adapter_dir = Path(adapter_dir) if adapter_dir else Path.cwd() / ".cache" / "vllm-adapters"
         self._max_context = max_context
         self._served = dict.fromkeys(self._lora, model)  # policy -> name to put in "model"
@@ -127,6 +129,10 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         """The model / adapter name requests for ``policy`` use now."""
         self._check_policy(policy)
         return self._served[policy]
+
+    def tool_call_markers(self, policy: str) -> tuple[str, ...]:
+        """Where this policy's tool-call syntax starts: streamed text is held back from there."""
+        return self.tool_parser.markers
 
     def max_context(self, policy: str) -> int:
         self._check_policy(policy)
@@ -232,14 +238,15 @@ class VLLMBackend(LocalTokenizer, VersionTable):
             raise BackendError(f"vllm returned {len(ids)} token ids but {len(lps)} logprobs")
         c = None if request is None else request.constraint
         k = 0 if request is None else request.sampling.top_logprobs
+        content, calls = self.tool_parser.split(text)
         return Generation(
             constraint=None if c is None else self.grammars().record(c),
             top_logprobs=tops if k > 0 else None,
             prompt_ids=list(prompt_ids),
             response_ids=ids,
             logprobs=lps,
-            text=text,
-            tool_calls=parse_tool_calls(text),
+            text=content,
+            tool_calls=calls,
             finish_reason=finish or "stop",
             policy_version=v,
         )

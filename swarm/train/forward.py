@@ -2,10 +2,12 @@
 
 Calls the model's decoder (``get_decoder()``) directly with the tree mask and depth position
 ids, then applies the LM head only at the *predicting* positions (each distinct one once), so
-the full ``(B, L, vocab)`` logits are never materialised. Logits are divided by the sampling
-temperature before the softmax, so logprobs match what the backend sampled from; targets sampled
-under a grammar (``allowed``, see ``swarm.train.constraint``) are normalised over the tokens the
-grammar allowed there, as the backend's masked sampling was.
+the full ``(B, L, vocab)`` logits are never materialised, and with a large vocabulary the
+predicting positions are scored in chunks whose logits are recomputed in the backward pass.
+Logits are divided by the sampling temperature before the softmax, so logprobs match what the
+backend sampled from; targets sampled under a grammar (``allowed``, see
+``swarm.train.constraint``) are normalised over the tokens the grammar allowed there, as the
+backend's masked sampling was.
 
 Works for peft-wrapped models (LoRA layers live inside the decoder) and plain ones. The mask is
 boolean for SDPA, additive float for other attention implementations; flash-attention kernels
@@ -15,13 +17,18 @@ cannot take an arbitrary tree mask. Does not compute losses.
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from swarm.merge.collate import Collated
 from swarm.train.tree_attention import IMPL, block_plan, tree_attention
 
-__all__ = ["target_logprobs", "base_causal_lm"]
+__all__ = ["target_logprobs", "base_causal_lm", "LOGIT_CHUNK_ELEMS"]
+
+# 2^25 float32 logits = 128 MiB at once: ~220 positions of a 151,936-token vocabulary
+LOGIT_CHUNK_ELEMS = 1 << 25
 
 
 def base_causal_lm(model: torch.nn.Module) -> torch.nn.Module:
@@ -37,6 +44,7 @@ def target_logprobs(
     with_entropy: bool = False,
     block_size: int | None = 128,
     allowed: tuple[torch.Tensor, torch.Tensor] | None = None,
+    logit_chunk_elems: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-target logprobs ``(T,)`` (with grad if enabled) and, optionally, entropies (no grad).
 
@@ -45,6 +53,9 @@ def target_logprobs(
 
     ``block_size``: masked rows on an SDPA model use block-sparse tree attention with query
     blocks of this size (``tree_attention``); None runs the dense mask through plain SDPA.
+    ``logit_chunk_elems``: at most this many float logits (positions x vocab) live at once; longer
+    target lists are cut into chunks whose logits the backward recomputes (bounded memory for
+    real vocabularies). None: :data:`LOGIT_CHUNK_ELEMS`.
     """
     lm = base_causal_lm(model)
     device = next(lm.parameters()).device
@@ -53,7 +64,7 @@ def target_logprobs(
     extra = {}
     if mask is not None:
         mask = mask.to(device)
-        if lm.config._attn_implementation == "sdpa" and block_size:
+        if lm.config._attn_implementation in ("sdpa", IMPL) and block_size:
             extra["swarm_tree_plan"] = block_plan(mask, block_size)
             ctx = tree_attention(lm)
         elif lm.config._attn_implementation not in ("sdpa", IMPL):
@@ -71,26 +82,70 @@ def target_logprobs(
     length = hidden.shape[1]
     flat = (col.predict_row * length + col.predict_pos).to(device)
     uniq, inverse = torch.unique(flat, return_inverse=True)
-    logits = lm.get_output_embeddings()(hidden.reshape(-1, hidden.shape[-1])[uniq]).float()
+    h = hidden.reshape(-1, hidden.shape[-1])[uniq]
+    head = lm.get_output_embeddings()
     cap = getattr(lm.config, "final_logit_softcapping", None)
+    targets = col.target_ids.to(device)
+    rows = max(1, (logit_chunk_elems or LOGIT_CHUNK_ELEMS) // max(1, head.weight.shape[0]))
+    if h.shape[0] <= rows:  # one chunk: nothing to save by recomputing
+        logp, entropy = _head_logprobs(head, h, inverse, targets, temperature, cap, with_entropy)
+        return _constrained(head, h, inverse, targets, temperature, cap, allowed, logp, entropy)
+    # (positions x vocab) float logits per chunk only; the backward recomputes each chunk's
+    # logits from its hidden rows instead of keeping them all (checkpoint)
+    order = torch.argsort(inverse)
+    starts = torch.searchsorted(inverse[order], torch.arange(0, h.shape[0] + rows, rows, device=device))
+    pieces, ents = [], []
+    for c, a in enumerate(range(0, h.shape[0], rows)):
+        sel = order[starts[c]:starts[c + 1]]
+        if sel.numel() == 0:
+            continue
+        fn = functools.partial(_head_logprobs, head, temperature=temperature, cap=cap, with_entropy=with_entropy)
+        lp, en = checkpoint(fn, h[a:a + rows], inverse[sel] - a, targets[sel], use_reentrant=False)
+        pieces.append(lp)
+        ents.append(en)
+    back = torch.argsort(order)
+    logp = torch.cat(pieces)[back]
+    entropy = torch.cat(ents)[back] if with_entropy else None
+    return _constrained(head, h, inverse, targets, temperature, cap, allowed, logp, entropy)
+
+
+def _head_logprobs(head: torch.nn.Module, h: torch.Tensor, inverse: torch.Tensor, targets: torch.Tensor,
+                   temperature: float, cap: float | None, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs (and entropies) of ``targets`` predicted from hidden rows ``h[inverse]``."""
+    logits = head(h).float()
     if cap:
         logits = torch.tanh(logits / cap) * cap
     logits = logits / temperature
     logz = torch.logsumexp(logits, dim=-1)
-    logp = logits[inverse, col.target_ids.to(device)] - logz[inverse]
+    logp = logits[inverse, targets] - logz[inverse]
     entropy = None
     if with_entropy:
         with torch.no_grad():
             probs = torch.softmax(logits, dim=-1)
             entropy = (logz - (probs * logits).sum(-1))[inverse]
-    if allowed is not None:
-        sel, ok = allowed[0].to(device), allowed[1].to(device)
-        if ok.shape[-1] < logits.shape[-1]:  # ids past the tokenizer's vocabulary are never allowed
-            ok = torch.nn.functional.pad(ok, (0, logits.shape[-1] - ok.shape[-1]), value=False)
-        masked = logits[inverse[sel]].masked_fill(~ok, float("-inf"))
-        mlogp = torch.log_softmax(masked, dim=-1)
-        logp = logp.index_put((sel,), mlogp.gather(1, col.target_ids.to(device)[sel].unsqueeze(1)).squeeze(1))
-        if entropy is not None:
-            with torch.no_grad():
-                entropy[sel] = -torch.special.xlogy(mlogp.exp(), mlogp.exp()).sum(-1)
+    return logp, entropy
+
+
+def _constrained(head: torch.nn.Module, h: torch.Tensor, inverse: torch.Tensor, targets: torch.Tensor,
+                 temperature: float, cap: float | None, allowed: tuple[torch.Tensor, torch.Tensor] | None,
+                 logp: torch.Tensor, entropy: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``logp``/``entropy`` with the grammar-constrained targets renormalised over their allowed tokens.
+
+    Only the K constrained targets' logits are recomputed (K x vocab), so this adds no full-batch logits.
+    """
+    if allowed is None:
+        return logp, entropy
+    device = h.device
+    sel, ok = allowed[0].to(device), allowed[1].to(device)
+    logits = head(h[inverse[sel]]).float()
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    logits = logits / temperature
+    if ok.shape[-1] < logits.shape[-1]:  # ids past the tokenizer's vocabulary are never allowed
+        ok = torch.nn.functional.pad(ok, (0, logits.shape[-1] - ok.shape[-1]), value=False)
+    mlogp = torch.log_softmax(logits.masked_fill(~ok, float("-inf")), dim=-1)
+    logp = logp.index_put((sel,), mlogp.gather(1, targets[sel].unsqueeze(1)).squeeze(1))
+    if entropy is not None:
+        with torch.no_grad():
+            entropy[sel] = -torch.special.xlogy(mlogp.exp(), mlogp.exp()).sum(-1)
     return logp, entropy

@@ -30,6 +30,9 @@ def is_peft(model: torch.nn.Module) -> bool:
 
 def adapter_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Detached CPU copies of the trained weights (adapter only for peft models)."""
+    own = getattr(model, "adapter_state", None)
+    if callable(own):  # one policy's adapter on a shared base (swarm.train.base_model)
+        return own()
     if is_peft(model):
         from peft import get_peft_model_state_dict
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-__all__ = ["BlockPlan", "block_plan", "tree_sdpa_attention", "tree_attention", "IMPL"]
+__all__ = ["BlockPlan", "block_plan", "tree_sdpa_attention", "tree_attention", "install_tree_attention", "IMPL"]
 
 IMPL = "swarm_tree_sdpa"
 
@@ -103,3 +103,14 @@ def tree_attention(lm: torch.nn.Module) -> Iterator[None]:
         yield
     finally:
         lm.config._attn_implementation = old
+
+
+def install_tree_attention(lm: torch.nn.Module) -> None:
+    """Switch an SDPA model to :func:`tree_sdpa_attention` for good (plain SDPA whenever no plan is passed).
+
+    Needed with gradient checkpointing: the backward recomputes each layer after the forward's
+    :func:`tree_attention` context has ended, and must take the same attention path.
+    """
+    if lm.config._attn_implementation in ("sdpa", IMPL):
+        _register()
+        lm.config._attn_implementation = IMPL

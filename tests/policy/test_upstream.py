@@ -105,7 +105,7 @@ def test_prompt_ids_use_completions():
         }
         return httpx.Response(200, json={"id": "c", "object": "text_completion", "model": "m", "choices": [choice]})
 
-    [g] = asyncio.run(make(handler).generate(GenerateRequest("default", prompt_ids=[1, 2, 3])))
+    [g] = asyncio.run(make(handler, completions=True).generate(GenerateRequest("default", prompt_ids=[1, 2, 3])))
     assert (g.prompt_ids, g.response_ids, g.logprobs, g.text, g.finish_reason) == (
         [1, 2, 3],
         [7, 8],
@@ -164,7 +164,7 @@ def test_streaming_chat_with_tool_call_deltas():
     ]
 
 
-def test_errors_are_backend_errors():
+def test_errors_are_mapped_without_internals():
     def handler(request):
         if b"long" in request.content:
             return httpx.Response(
@@ -183,8 +183,9 @@ def test_errors_are_backend_errors():
     b = make(handler)
     with pytest.raises(ContextLengthError):
         asyncio.run(b.generate(GenerateRequest("default", messages=[{"role": "user", "content": "long"}])))
-    with pytest.raises(BackendError, match="ConnectError"):
+    with pytest.raises(BackendError, match="unreachable") as down:
         asyncio.run(b.generate(GenerateRequest("default", messages=[{"role": "user", "content": "down"}])))
+    assert "judge.test" not in str(down.value)  # the upstream's address is not the agent's business
     with pytest.raises(BackendError, match="500"):
         asyncio.run(b.generate(GenerateRequest("default", messages=MSGS)))
 
@@ -195,8 +196,9 @@ def test_errors_are_backend_errors():
         asyncio.run(stream_fail())
     with pytest.raises(NotFoundError):
         b.version("other")
+    assert b.encode("default", b.render_chat("default", MSGS, None, True)) == []  # no tokenizer: no ids
     with pytest.raises(BackendError):
-        b.render_chat("default", MSGS, None, True)
+        b.decode("default", [1, 2])
     with pytest.raises(BackendError):
         b.load_weights("default", {}, 1)
 

@@ -1,0 +1,153 @@
+"""The upstream backend behind a real gateway, against a scripted OpenAI-compatible server on loopback.
+
+Covers: no tokenizer needed; no token claims (empty ids, prefix_consistent false); errors mapped to
+the right status without the upstream's URL or auth details; the api key from the environment;
+a bounded max_tokens; the stop-list limit; /v1/completions refused for a foreign vocabulary;
+streaming with tool calls; the api key never reaches the MLflow params.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from swarm.policy.upstream import UpstreamBackend
+from swarm.pool import StepFilter
+from swarm.stack import ServerThread
+
+SECRET = "sk-upstream-secret-123"
+CALL = {"id": "call_up1", "type": "function", "function": {"name": "vote", "arguments": '{"target": "p3"}'}}
+
+
+class Scripted:
+    """An OpenAI-compatible server whose next answers the test chooses; it records every request."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.mode = "ok"
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request) -> Any:
+            body = await request.json()
+            self.requests.append({"auth": request.headers.get("authorization"), "body": body})
+            if self.mode != "ok":
+                status = {"bad": 400, "auth": 401, "rate": 429, "down": 503}[self.mode]
+                return JSONResponse({"error": {"message": f"scripted {self.mode} at http://10.0.0.9/internal "
+                                               f"with key {SECRET}", "type": "x"}}, status_code=status)
+            last = body["messages"][-1].get("content") or ""
+            call = body.get("tools") and "vote" in last
+            msg = {"role": "assistant", "content": None if call else f"heard: {last}"}
+            if call:
+                msg["tool_calls"] = [CALL]
+            if body.get("stream"):
+                def events() -> Iterator[bytes]:
+                    base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": body["model"]}
+                    delta: dict[str, Any] = {"role": "assistant"}
+                    if call:
+                        delta["tool_calls"] = [{"index": 0, **CALL}]
+                    else:
+                        delta["content"] = msg["content"]
+                    for ch in ([{"index": 0, "delta": delta, "finish_reason": None}],
+                               [{"index": 0, "delta": {}, "finish_reason": "tool_calls" if call else "stop"}]):
+                        yield f"data: {json.dumps({**base, 'choices': ch})}\n\n".encode()
+                    yield b"data: [DONE]\n\n"
+                return StreamingResponse(events(), media_type="text/event-stream")
+            return {"id": "c1", "object": "chat.completion", "created": 1, "model": body["model"],
+                    "choices": [{"index": 0, "message": msg, "logprobs": None,
+                                 "finish_reason": "tool_calls" if call else "stop"}],
+                    "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
+
+        self.server = ServerThread(app).start()
+        self.url = self.server.url + "/v1"
+
+
+@pytest.fixture
+def upstream(monkeypatch: pytest.MonkeyPatch) -> Iterator[Scripted]:
+    monkeypatch.setenv("SWARM_UPSTREAM_API_KEY", SECRET)
+    s = Scripted()
+    yield s
+    s.server.stop()
+
+
+@pytest.fixture
+def up_gateway(make_gateway: Any, upstream: Scripted) -> Any:
+    backend = UpstreamBackend(upstream.url, model="big-235b", policies=["opponent"])  # no tokenizer_path
+    return make_gateway(backend)
+
+
+def _client(gw: Any) -> tuple[openai.OpenAI, dict[str, Any]]:
+    ep = gw.episode()
+    return openai.OpenAI(base_url=ep["base_url"], api_key=ep["api_key"], max_retries=0), ep
+
+
+def test_chat_without_tokenizer_records_no_token_claims(up_gateway: Any, upstream: Scripted) -> None:
+    client, ep = _client(up_gateway)
+    msgs: list[Any] = [{"role": "user", "content": "hello"}]
+    r = client.chat.completions.create(model="opponent", messages=msgs)
+    assert r.choices[0].message.content == "heard: hello"
+    msgs += [{"role": "assistant", "content": r.choices[0].message.content}, {"role": "user", "content": "again"}]
+    client.chat.completions.create(model="opponent", messages=msgs, max_tokens=100_000 // 10)
+    sent = [q["body"] for q in upstream.requests]
+    assert all(q["auth"] == f"Bearer {SECRET}" for q in upstream.requests)  # from the environment
+    assert sent[0]["model"] == "big-235b" and sent[0]["max_tokens"] <= 4096  # not the whole context
+    assert sent[1]["max_tokens"] == 4096
+    steps = up_gateway.pool.query_steps(StepFilter(episode_id=ep["episode_id"]), with_tokens=True, order="episode")
+    assert len(steps) == 2
+    for s in steps:  # nothing claimed that the server did not give
+        assert s.prompt_ids == [] and s.response_ids == [] and s.response_logprobs is None
+        assert s.prefix_consistent is False and "tokenizes for itself" in s.metadata["prefix_reason"]
+
+
+def test_tool_calls_sync_and_streaming(up_gateway: Any) -> None:
+    client, _ = _client(up_gateway)
+    tools = [{"type": "function", "function": {"name": "vote", "parameters": {"type": "object"}}}]
+    r = client.chat.completions.create(model="opponent", messages=[{"role": "user", "content": "vote now"}],
+                                       tools=tools)
+    assert r.choices[0].finish_reason == "tool_calls" and r.choices[0].message.tool_calls[0].function.name == "vote"
+    stream = client.chat.completions.create(model="opponent", messages=[{"role": "user", "content": "vote"}],
+                                            tools=tools, stream=True)
+    calls = [tc for chunk in stream for c in chunk.choices for tc in (c.delta.tool_calls or [])]
+    assert calls and calls[0].function.name == "vote" and json.loads(calls[0].function.arguments) == {"target": "p3"}
+
+
+@pytest.mark.parametrize(("mode", "status"), [("bad", 400), ("rate", 429), ("auth", 502), ("down", 502)])
+def test_upstream_errors_map_without_leaking(up_gateway: Any, upstream: Scripted, mode: str, status: int) -> None:
+    client, _ = _client(up_gateway)
+    upstream.mode = mode
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(model="opponent", messages=[{"role": "user", "content": "x"}])
+    assert err.value.status_code == status
+    text = json.dumps(err.value.body)
+    for leak in (upstream.url, "127.0.0.1", SECRET, "Bearer"):
+        assert leak not in text
+    if mode == "bad":
+        assert "scripted bad" in text  # the upstream's reason for refusing the request is the caller's to see
+    if mode == "auth":
+        assert "credentials" in text and "401" not in text
+
+
+def test_stop_limit_and_completions_refused(up_gateway: Any, upstream: Scripted) -> None:
+    client, _ = _client(up_gateway)
+    with pytest.raises(openai.BadRequestError, match="at most 4 stop"):
+        client.chat.completions.create(model="opponent", messages=[{"role": "user", "content": "x"}],
+                                       stop=["a", "b", "c", "d", "e"])
+    with pytest.raises(openai.BadRequestError, match="chat/completions"):
+        client.completions.create(model="opponent", prompt=[1, 2, 3], max_tokens=4)
+    assert upstream.requests == []  # neither reached the upstream
+
+
+def test_api_key_never_reaches_mlflow_params() -> None:
+    from flows.tracking import flatten, redact
+
+    cfg = {"model": {"backend": "upstream", "api_key": SECRET, "api_key_env": "SWARM_UPSTREAM_API_KEY",
+                     "max_tokens": 4096, "replicas": [{"api_key": SECRET}]}}
+    params = flatten(cfg)
+    assert SECRET not in json.dumps(params) and SECRET not in json.dumps(redact(cfg))
+    assert params["model.api_key_env"] == "SWARM_UPSTREAM_API_KEY" and params["model.max_tokens"] == "4096"
