@@ -145,6 +145,16 @@ class PolicyAdapter:
         """This policy's adapter parameters."""
         yield from self.shared.params[self.policy].values()
 
+    # -- what the flow reads of any causal LM --
+    @property
+    def config(self) -> Any:
+        """The shared model's Hugging Face config (vocabulary, positions)."""
+        return self.shared.model.config
+
+    def get_input_embeddings(self) -> torch.nn.Module:
+        """The shared input embedding table (its size is the vocabulary the steps must fit)."""
+        return self.shared.model.get_input_embeddings()
+
     # -- running the model --
     def get_base_model(self) -> Any:
         """The shared ``*ForCausalLM`` (LoRA layers inside), routed to this policy's adapter."""

@@ -54,7 +54,8 @@ def extras(url: str) -> dict[str, str]:
         failed.abort()
         still = sc.begin(task="math-demo", client_id="worker-c", timeout_s=3600)
         _chat(still, "open", 1)
-        sc.request("POST", "/v1/feedback", json={"episode_id": wb.episode_id, "rating": 0.9, "correction": "fine"})
+        sc.request("POST", "/v1/feedback", key=wb.api_key,
+                   json={"episode_id": wb.episode_id, "rating": 0.9, "correction": "fine"})
     return {"whitebox_episode": wb.episode_id, "whitebox_step": r["step_ids"][0], "open_episode": still.episode_id}
 
 

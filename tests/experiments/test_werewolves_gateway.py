@@ -26,7 +26,9 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Pool]]:
 def test_game_records_one_episode_per_llm_seat(served: tuple[str, Pool]) -> None:
     url, pool = served
     cfg = WorkerConfig(server=url, task="werewolves", workers=1, group_size=1, max_groups=1, seed=5, max_tokens=24,
-                       options={"role_policies": {"werewolf": "wolf"}, "opponents": "policy:frozen"})
+                       options={"trainable_side": "wolves", "role_policies": {"werewolf": "wolf"},
+                                "opponents": "policy:frozen", "observation": "transcript",
+                                "constrained": False})  # the echo backend refuses JSON schemas (400)
     stats = run_worker(cfg)
     assert stats["episodes"] == 1 and stats["failed"] == 0
     episodes = pool.query_episodes(StepFilter(group_id="werewolves-5"))

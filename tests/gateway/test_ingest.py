@@ -56,12 +56,14 @@ def test_events_feedback_and_late_rewards(gateway: Any) -> None:
     r = gateway.post("/v1/feedback", key, json={"response_id": response_id, "rating": 4, "correction": "b",
                                                 "reward": 0.75})
     assert r.status_code == 200 and r.json()["step_id"] == step_id
+    # the judge's final reward already reached the step: the late one is history, not an overwrite
+    assert r.json()["reward_applied"] is False
     step = gateway.pool.get_step(step_id, with_tokens=False)
-    assert step.reward == 0.75 and step.reward_status.value == "final"
+    assert step.reward == -0.25 and step.reward_status.value == "final"
     kinds = sorted(e.kind for e in gateway.pool.events(episode_id=eid))
     assert kinds == ["event", "feedback", "reward"]
     fb = [e for e in gateway.pool.events(episode_id=eid) if e.kind == "feedback"][0]
-    assert fb.rating == 4 and fb.correction == "b"
+    assert fb.rating == 4 and fb.correction == "b" and fb.value == 0.75
 
 
 def test_idle_episodes_are_abandoned_and_keep_their_steps(make_gateway: Any) -> None:
