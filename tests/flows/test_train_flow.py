@@ -75,8 +75,11 @@ def test_echo_learns(flow_config) -> None:
 
 @pytest.mark.slow
 def test_werewolves_per_role_updates_every_policy(flow_config) -> None:
-    """Games are played, steps merged, two updates, and each role's own adapter is updated."""
-    cfg = flow_config("+task=werewolves_per_role", "train.updates=2")
+    """Games are played, steps merged, two updates, and each role's own adapter is updated.
+
+    Transcript observations: each seat is one multi-turn conversation, so later calls must extend
+    earlier ones token for token (the compact default is one single-turn prompt per decision)."""
+    cfg = flow_config("+task=werewolves_per_role", "train.updates=2", "task.options.observation=transcript")
     summary = train_flow(cfg)
     assert summary["status"] == "FINISHED" and summary["updates"] == 2
     client = mlflow.tracking.MlflowClient(tracking_uri=cfg["mlflow"]["tracking_uri"])
