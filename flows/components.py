@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from flows.config import ConfigError
 from swarm.gateway import GatewaySettings
 from swarm.policy import PolicyBackend, build_backend
 from swarm.pool import Pool
@@ -19,10 +20,6 @@ __all__ = ["ConfigError", "model_path", "make_pool", "make_backend", "make_train
            "gateway_settings", "trainer_model_path"]
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-class ConfigError(ValueError):
-    """A config key is missing or wrong; the message names the key and how to fix it."""
 
 
 def _get(cfg: dict[str, Any], key: str, where: str) -> Any:

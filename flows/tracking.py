@@ -1,9 +1,13 @@
-"""MLflow for the flows: one run per flow run, flattened config as params, slash-namespaced
-metrics with ``step`` = policy version, readable trajectories and merge stats as artifacts.
+"""MLflow for the flows: one run per flow run, named for what differs (``echo lr=0.001 seed=1``),
+tagged ``swarm.task`` / ``swarm.model`` / ``swarm.campaign``, the flattened config as params (minus
+paths and ports, which differ in every run), slash-namespaced metrics with ``step`` = policy
+version, ``summary/*`` run metrics to sort by, readable trajectories and merge stats as artifacts.
 
-Local SQLite store (``sqlite:///mlruns.db``) by default; ``MLFLOW_TRACKING_URI`` wins over that
-default, and an explicit ``mlflow.tracking_uri`` in the config wins over both (MLflow itself
+Local SQLite store (``sqlite:///outputs/mlruns.db``) by default; ``MLFLOW_TRACKING_URI`` wins over
+that default, and an explicit ``mlflow.tracking_uri`` in the config wins over both (MLflow itself
 exports the variable on ``set_tracking_uri``, so the variable alone cannot mean "the user's choice").
+Artifacts of an experiment this module creates on a SQLite store go to ``mlartifacts/`` next to
+the database file, never into the current directory.
 """
 
 from __future__ import annotations
@@ -16,11 +20,71 @@ from typing import Any
 
 import mlflow
 
-__all__ = ["tracking_uri", "redact", "flatten", "open_run", "log_metrics", "render_trajectory", "log_text"]
+from flows.config import RunConfig
+
+__all__ = ["DEFAULT_URI", "tracking_uri", "redact", "flatten", "run_name", "run_params", "run_tags",
+           "ensure_experiment", "open_run", "log_metrics", "log_summary", "render_trajectory", "log_text"]
+
+DEFAULT_URI = "sqlite:///outputs/mlruns.db"
+# config keys that differ in every run (paths, ports, ids): neither params nor part of a run's name
+VOLATILE = ("train.out_dir", "pool.url", "gateway.port", "gateway.host", "mlflow.tracking_uri", "mlflow.nested",
+            "mlflow.parent_run_id", "mlflow.tags", "mlflow.experiment", "run_name", "train.resume", "overrides",
+            "hydra")
 
 
 def tracking_uri(configured: str | None) -> str:
-    return configured or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlruns.db"
+    return configured or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+
+
+def _volatile(key: str) -> bool:
+    return any(key == v or key.startswith(v + ".") for v in VOLATILE)
+
+
+def run_name(cfg: RunConfig) -> str:
+    """``cfg.run_name``, else the task and the command line's overrides that change the run
+    (``echo lr=0.001 seed=1``), else the task and a timestamp."""
+    if cfg.run_name:
+        return cfg.run_name
+    parts = []
+    for o in cfg.overrides:
+        key, sep, value = o.lstrip("+~").partition("=")
+        if not sep or _volatile(key) or key == "task":
+            continue
+        parts.append(f"{key.rsplit('.', 1)[-1]}={value}")
+    return " ".join([cfg.task.name, *parts]) if parts else f"{cfg.task.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def run_params(cfg: RunConfig) -> dict[str, str]:
+    """The flattened config minus :data:`VOLATILE` keys: what can differ between comparable runs."""
+    return {k: v for k, v in flatten(cfg.raw()).items() if not _volatile(k)}
+
+
+def run_tags(cfg: RunConfig) -> dict[str, str]:
+    """``swarm.task``, ``swarm.model`` (the checkpoint or the model config's name), plus ``mlflow.tags``."""
+    model = cfg.model.get("path") or cfg.model.get("name") or cfg.model.get("backend") or "?"
+    return {"swarm.task": cfg.task.name, "swarm.model": str(model), **cfg.mlflow.tags}
+
+
+def ensure_experiment(name: str) -> str:
+    """The id of experiment ``name``, created if missing; on a SQLite store its artifacts go to
+    ``mlartifacts/`` beside the database file (MLflow's default is ``./mlruns`` in the current directory)."""
+    client = mlflow.tracking.MlflowClient()
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    uri = mlflow.get_tracking_uri()
+    location = None
+    if uri.startswith("sqlite:///"):
+        db = Path(uri.removeprefix("sqlite:///")).resolve()
+        db.parent.mkdir(parents=True, exist_ok=True)
+        location = (db.parent / "mlartifacts" / name).as_uri()
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except mlflow.exceptions.MlflowException:  # another process created it first
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
 
 
 _SECRET_KEYS = ("api_key", "apikey", "password", "secret", "access_token", "auth_token", "hf_token")
@@ -47,35 +111,44 @@ def flatten(cfg: Any, prefix: str = "") -> dict[str, str]:
     return out
 
 
-def open_run(uri: str | None, experiment: str, run_name: str, config: dict[str, Any],
-             nested: bool = False, parent_run_id: str | None = None,
-             continue_run_id: str | None = None) -> mlflow.ActiveRun:
-    """Start the run, log params and the resolved config; the caller ends it (``with``).
+def open_run(cfg: RunConfig, continue_run_id: str | None = None) -> mlflow.ActiveRun:
+    """Start the run with its name, tags, params and the resolved config; the caller ends it (``with``).
 
-    ``nested``: a child of the active run; ``parent_run_id``: a child of that run (another process).
-    ``continue_run_id``: reopen that run (a resumed training run keeps one history) when it
-    exists in this tracking store; its params stay, the new config is logged as an artifact.
+    ``mlflow.nested``: a child of the active run; ``mlflow.parent_run_id``: a child of that run
+    (another process). ``continue_run_id``: reopen that run (a resumed training run keeps one
+    history) when it exists in this tracking store; its params stay, the new config is logged as
+    an artifact.
     """
-    mlflow.set_tracking_uri(tracking_uri(uri))
-    mlflow.set_experiment(experiment)
+    mcfg = cfg.mlflow
+    mlflow.set_tracking_uri(tracking_uri(mcfg.tracking_uri))
+    experiment_id = ensure_experiment(mcfg.experiment)
+    mlflow.set_experiment(experiment_id=experiment_id)
+    config = redact(cfg.raw())  # secrets come from the environment, never the run
     if continue_run_id is not None:
         try:
             mlflow.tracking.MlflowClient().get_run(continue_run_id)
         except mlflow.exceptions.MlflowException:
             continue_run_id = None  # another tracking store: start a new run
     if continue_run_id is not None:
-        run = mlflow.start_run(run_id=continue_run_id, nested=nested)
+        run = mlflow.start_run(run_id=continue_run_id, nested=mcfg.nested)
         mlflow.log_dict(config, f"config-resumed-{int(time.time())}.json")
         return run
-    run = mlflow.start_run(run_name=run_name, nested=nested, parent_run_id=parent_run_id)
-    mlflow.log_params(flatten(config))
-    mlflow.log_dict(redact(config), "config.json")  # secrets come from the environment, never the run
+    run = mlflow.start_run(run_name=run_name(cfg), nested=mcfg.nested, parent_run_id=mcfg.parent_run_id,
+                           tags=run_tags(cfg))
+    mlflow.log_params(run_params(cfg))
+    mlflow.log_dict(config, "config.json")
     return run
 
 
 def log_metrics(metrics: dict[str, float], step: int) -> None:
     clean = {k.replace(":", "_"): float(v) for k, v in metrics.items() if v is not None}
     mlflow.log_metrics(clean, step=step)
+
+
+def log_summary(summary: dict[str, Any]) -> None:
+    """The run's summary numbers as ``summary/<key>`` metrics, so the runs table can sort by them."""
+    mlflow.log_metrics({f"summary/{k}": float(v) for k, v in summary.items()
+                        if isinstance(v, int | float) and not isinstance(v, bool)})
 
 
 def render_trajectory(steps: list[Any], decode: Any) -> str:

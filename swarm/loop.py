@@ -6,6 +6,7 @@ It does not train (:mod:`swarm.train`) and does not talk HTTP: it reads the pool
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections import defaultdict
@@ -16,7 +17,7 @@ from swarm.batching import Decision, GroupState, Snapshot, Strategy, decide
 from swarm.pool import Lease, Pool, StepFilter
 from swarm.records import EpisodeStatus, EpisodeType, Step
 
-__all__ = ["trainable_filter", "snapshot", "wait_for_batch", "lease_batch", "batch_metrics", "eval_reward"]
+__all__ = ["trainable_filter", "snapshot", "wait_for_batch", "lease_batch", "batch_metrics", "episode_metrics"]
 
 _SCAN = 100_000  # upper bound on steps read for one snapshot (unconsumed, fresh steps only)
 
@@ -97,9 +98,27 @@ def batch_metrics(steps: Sequence[Step], version: int, prefix: str = "") -> dict
     return m
 
 
-def eval_reward(pool: Pool, since: float) -> float | None:
-    """Mean reward of eval episodes finished since ``since`` (None when there are none)."""
-    eps = pool.query_episodes(StepFilter(episode_type=EpisodeType.eval, episode_status=EpisodeStatus.finished,
-                                         since=since), limit=_SCAN)
-    rewards = [e.reward for e in eps if e.reward is not None]
-    return statistics.fmean(rewards) if rewards else None
+def episode_metrics(pool: Pool, since: float, lookback_s: float = 3600.0) -> dict[str, float]:
+    """What the task reported for the episodes that ended since ``since``: ``episodes/<key>`` (train)
+    and ``eval/<key>`` (held-out eval groups) are means of the numbers a task's ``run_episode`` /
+    ``run_multiagent`` returned (stored in each episode's ``metadata.metrics``), plus ``reward`` and the
+    episode count ``n``. Werewolves: ``win`` (per seat of the trained side, so the side's win rate),
+    ``win_<role>``, ``rounds``, ``format_penalty``; math: its accuracy parts."""
+    eps = pool.query_episodes(StepFilter(episode_status=EpisodeStatus.finished, since=since - lookback_s),
+                              limit=_SCAN)
+    sums: dict[str, dict[str, list[float]]] = {"episodes": defaultdict(list), "eval": defaultdict(list)}
+    for e in eps:
+        if e.ended_at is None or e.ended_at < since:
+            continue
+        bucket = sums["eval" if e.type == EpisodeType.eval else "episodes"]
+        bucket["n"].append(1.0)
+        if e.reward is not None:
+            bucket["reward"].append(float(e.reward))
+        for k, v in (e.metadata.get("metrics") or {}).items():
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+                bucket[k].append(float(v))
+    out: dict[str, float] = {}
+    for prefix, bucket in sums.items():
+        for k, vs in bucket.items():
+            out[f"{prefix}/{k}"] = float(len(vs)) if k == "n" else statistics.fmean(vs)
+    return out

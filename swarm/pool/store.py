@@ -400,6 +400,13 @@ class Pool(AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, HeadsMixin):
                 c, step_conditions(f, self.dialect), with_tokens, order=_ORDERS[order], limit=limit, offset=offset
             )
 
+    def count_episodes(self, filter: StepFilter | None = None) -> int:
+        """How many episodes match ``filter`` (its episode conditions)."""
+        f = coerce(StepFilter, filter or StepFilter(), "filter")
+        q = sa.select(sa.func.count()).select_from(E).where(*episode_conditions(f, self.dialect))
+        with self._tx() as c:
+            return int(c.execute(q).scalar_one())
+
     def count_steps(self, filter: StepFilter | None = None) -> int:
         f = coerce(StepFilter, filter or StepFilter(), "filter")
         q = sa.select(sa.func.count()).select_from(JOIN).where(*step_conditions(f, self.dialect))

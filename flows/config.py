@@ -1,0 +1,191 @@
+"""The typed run config of ``flows.train``: the composed Hydra tree, validated once in ``main()``.
+
+Light on purpose (pydantic and the standard library only): a bad value fails here with one line
+naming the key, in well under a second, before Prefect, MLflow or torch are imported. The
+open groups whose keys depend on the chosen option (``model``, ``algo``, ``runner``, ``gateway``,
+``pool``) stay dicts here and are checked by :mod:`flows.components` when they are built.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+__all__ = ["ConfigError", "RunConfig", "TaskSection", "TrainSection", "BatchingSection", "MlflowSection",
+           "validate", "check_pool_url", "unknown_key_hint"]
+
+
+class ConfigError(ValueError):
+    """A config key is missing or wrong; the message names the key and how to fix it."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TaskSection(_Section):
+    name: str = Field(min_length=1)
+    group_size: int = Field(ge=1)
+    temperature: float = Field(gt=0)
+    max_tokens: int = Field(ge=1)
+    episode_timeout_s: float = Field(gt=0)
+    eval_every: int = Field(default=0, ge=0)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class TrainSection(_Section):
+    updates: int = Field(ge=1)
+    batch_timeout_s: float = Field(gt=0)
+    lease_ttl_s: float = Field(gt=0)
+    checkpoint_every: int = Field(default=10, ge=1)
+    max_staleness: int | None = Field(default=1, ge=0)
+    out_dir: str
+    resume: bool = True
+    gradient_checkpointing: bool = False
+    device: str = "cpu"
+
+
+class BatchingSection(_Section):
+    strategy: Literal["episodes", "groups", "groups_var", "any_agree", "all_agree"]
+    min_groups: int = Field(default=1, ge=1)
+    min_episodes: int = Field(default=1, ge=1)
+    agree_every: int = Field(default=0, ge=0)
+
+
+class MlflowSection(_Section):
+    tracking_uri: str | None = None
+    experiment: str = Field(default="swarmpool", min_length=1)
+    sample_trajectories: int = Field(default=8, ge=0)
+    nested: bool = False
+    parent_run_id: str | None = None
+    tags: dict[str, str] = Field(default_factory=dict)  # extra MLflow tags (flows.campaign sets swarm.campaign)
+
+
+class RunConfig(_Section):
+    """Everything one ``flows.train`` run needs, validated; ``raw`` keeps the resolved tree for MLflow."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)  # tasks may add top-level keys of their own
+
+    seed: int = 0
+    run_name: str | None = None
+    task: TaskSection
+    policies: list[str] = Field(min_length=1)
+    train: TrainSection
+    batching: BatchingSection
+    mlflow: MlflowSection
+    model: dict[str, Any]
+    algo: dict[str, Any]
+    pool: dict[str, Any]
+    runner: dict[str, Any]
+    gateway: dict[str, Any] = Field(default_factory=dict)
+    overrides: list[str] = Field(default_factory=list)  # the command line's overrides (run name, MLflow tags)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunConfig:
+        if len(set(self.policies)) != len(self.policies):
+            raise ValueError("policies: names must be unique")
+        grpo = self.algo.get("name") == "grpo" or self.algo.get("group_by") is not None
+        if grpo and self.task.group_size < 2:
+            raise ValueError(f"task.group_size={self.task.group_size}: GRPO compares the episodes of a group, "
+                             "it needs at least 2")
+        if self.batching.strategy == "groups_var" and self.task.group_size < 2:
+            raise ValueError("task.group_size: groups_var drops zero-variance groups; it needs at least 2")
+        return self
+
+    def raw(self) -> dict[str, Any]:
+        """The config as a plain dict (what MLflow logs and subprocess workers receive)."""
+        return self.model_dump(mode="json")
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def validate(resolved: dict[str, Any], overrides: list[str] | None = None) -> RunConfig:
+    """The RunConfig of a resolved config tree; raises :class:`ConfigError` with one line per problem."""
+    data = {k: v for k, v in resolved.items() if k != "hydra"}
+    if overrides is not None:
+        data["overrides"] = list(overrides)
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            key = _where(err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                lines.append(f"{key}: unknown key{_hint(key, data)}")
+            elif err["type"] == "missing":
+                lines.append(f"{key}: missing (set {key}=...)")
+            elif key:
+                lines.append(f"{key}={_value(data, err['loc'])}: {msg}")
+            else:
+                lines.append(msg)
+        raise ConfigError("; ".join(lines)) from None
+
+
+def _value(data: dict[str, Any], loc: tuple[Any, ...]) -> Any:
+    cur: Any = data
+    for p in loc:
+        try:
+            cur = cur[p]
+        except (KeyError, IndexError, TypeError):
+            return "?"
+    return cur
+
+
+def _hint(key: str, data: dict[str, Any]) -> str:
+    section, _, leaf = key.rpartition(".")
+    known = list(_value(data, tuple(section.split("."))).keys()) if section else list(data)
+    fields = RunConfig.model_fields.get(section)
+    if fields is not None and isinstance(fields.annotation, type) and issubclass(fields.annotation, BaseModel):
+        known = list(fields.annotation.model_fields)
+    close = difflib.get_close_matches(leaf, known, n=1)
+    return f" (did you mean {section + '.' if section else ''}{close[0]}?)" if close else ""
+
+
+def unknown_key_hint(key: str, known: list[str]) -> str:
+    """``did you mean train.updates?`` for a mistyped dotted ``key`` among ``known`` dotted keys ('' if none)."""
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+    return f"did you mean {close[0]}?" if close else ""
+
+
+def check_pool_url(url: str, timeout_s: float = 3.0) -> None:
+    """Fail fast (one line) when ``pool.url`` cannot work: unknown scheme, unwritable SQLite folder,
+    unreachable or refusing database server. Costs one short connect; the Pool itself retries."""
+    import sqlalchemy as sa
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+
+    try:
+        parsed = sa.engine.make_url(url)
+    except ArgumentError:
+        raise ConfigError(f"pool.url={url!r}: not a database URL; use sqlite:///path/pool.db or "
+                          "postgresql+psycopg://user@host:5432/db") from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            folder = Path(parsed.database).expanduser().resolve().parent
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"pool.url={url!r}: cannot create {folder}: {exc.strerror}") from None
+        return
+    if backend != "postgresql":
+        raise ConfigError(f"pool.url={url!r}: unsupported database {backend!r}; use sqlite or postgresql")
+    try:
+        engine = sa.create_engine(parsed, connect_args={"connect_timeout": max(1, int(timeout_s))},
+                                  poolclass=sa.pool.NullPool)
+    except (NoSuchModuleError, ImportError) as exc:
+        raise ConfigError(f"pool.url={url!r}: no driver for it ({exc}); use postgresql+psycopg://...") from None
+    try:
+        with engine.connect():
+            pass
+    except SQLAlchemyError as exc:
+        cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        reason = cause[0] if cause else type(exc).__name__
+        raise ConfigError(f"pool.url={parsed.render_as_string(hide_password=True)}: cannot connect: {reason}") from None
+    finally:
+        engine.dispose()

@@ -1,0 +1,86 @@
+"""``python -m flows.train`` with bad input: one line naming the key, exit 2, before the heavy imports."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flows.config import ConfigError, check_pool_url, validate
+from flows.tracking import run_name, run_params, run_tags
+
+REPO = Path(__file__).resolve().parents[2]
+# run main() and report which heavy modules were imported by the time it exited
+_PROBE = """
+import sys
+from flows.train import main
+try:
+    main()
+finally:
+    heavy = sorted(m for m in ("torch", "prefect", "mlflow", "transformers") if m in sys.modules)
+    print("HEAVY", heavy, file=sys.stderr)
+"""
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("SWARM_POOL_URL", None)
+    return subprocess.run([sys.executable, "-c", _PROBE, *args, f"train.out_dir={tmp_path / 'run'}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["train.updates=-1"], "train.updates=-1: Input should be greater than or equal to 1"),
+    (["task.group_size=0"], "task.group_size=0"),
+    (["task.group_size=1"], "GRPO compares the episodes of a group"),
+    (["train.updatez=3"], "train.updatez: no such config key (did you mean train.updates?)"),
+    (["batching.strategy=nope"], "batching.strategy=nope"),
+    (["pool.url=postgresql+psycopg://nobody@127.0.0.1:9/x"], "cannot connect"),
+    (["pool.url=foo://x"], "unsupported database 'foo'"),
+])
+def test_bad_values_fail_fast_with_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
+    proc = _cli(tmp_path, *args)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("HEAVY")]
+    assert len(lines) == 1 and lines[0].startswith("config error: ") and needle in lines[0], proc.stderr
+    assert "HEAVY []" in proc.stderr  # no Prefect, MLflow or torch import was paid for the error
+    assert [p.name for p in tmp_path.iterdir()] in ([], ["run"])  # at most Hydra's record of the attempt
+
+
+def _cfg(**over: object) -> dict:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        cfg = compose(config_name="train", overrides=["train.out_dir=/tmp/x", *[f"{k}={v}" for k, v in over.items()]])
+    out = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(out, dict)
+    return out
+
+
+def test_run_config_is_typed_and_names_runs_by_what_differs() -> None:
+    run = validate(_cfg(), overrides=["algo.lr=1e-3", "seed=1", "train.out_dir=/tmp/x", "gateway.port=5"])
+    assert run.train.updates == 100 and run.task.group_size == 8 and run.batching.strategy == "groups"
+    assert run_name(run) == "echo lr=1e-3 seed=1"
+    params = run_params(run)
+    assert "algo.lr" in params and "train.updates" in params
+    assert not any(k.startswith(("train.out_dir", "pool.url", "gateway.port", "mlflow.tracking_uri")) for k in params)
+    tags = run_tags(run.model_copy(update={"mlflow": run.mlflow.model_copy(update={"tags": {"swarm.campaign": "c"}})}))
+    assert tags["swarm.task"] == "echo" and tags["swarm.campaign"] == "c" and tags["swarm.model"]
+
+
+def test_unknown_section_keys_are_named() -> None:
+    raw = _cfg()
+    raw["train"]["updatez"] = 3
+    with pytest.raises(ConfigError, match=r"train.updatez: unknown key \(did you mean train.updates\?\)"):
+        validate(raw)
+
+
+def test_sqlite_pool_folder_must_be_creatable(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="cannot create"):
+        check_pool_url(f"sqlite:///{tmp_path / 'file' / 'sub' / 'pool.db'}")
+    check_pool_url(f"sqlite:///{tmp_path / 'ok' / 'pool.db'}")
