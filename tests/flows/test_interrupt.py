@@ -4,6 +4,7 @@ and the last committed checkpoint matches the published policy version."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,11 +23,13 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_sigint_leaves_pool_and_mlflow_run_consistent(tmp_path: Path) -> None:
     out, uri = tmp_path / "run", f"sqlite:///{tmp_path / 'mlruns.db'}"
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    cwd = tmp_path / "cwd"  # the run must write nothing here: everything goes to train.out_dir and the MLflow store
+    cwd.mkdir()
     log = (tmp_path / "train.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "flows.train", "train.updates=1000", f"train.out_dir={out}",
                              f"mlflow.tracking_uri={uri}", "batching.min_groups=1"],
-                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+                            cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 240
         versions = 0
@@ -43,6 +46,14 @@ def test_sigint_leaves_pool_and_mlflow_run_consistent(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
         log.close()
+    assert list(cwd.iterdir()) == [] and (out / ".hydra").is_dir() and (tmp_path / "mlartifacts").is_dir()
+    text = (tmp_path / "train.log").read_text()
+    head = re.split(r"(?m)^updates\b", text, maxsplit=1)[0]  # what the terminal shows before the progress bar
+    for line in ("gateway    http://127.0.0.1:", "dashboard  http://127.0.0.1:", f"run folder {out}",
+                 f"mlflow     {uri}", "mlflow run 'echo updates=1000 min_groups=1'"):
+        assert line in head, text[:3000]
+    for noise in ("prefect", "Warning", "Loading", "alembic", "Creating initial"):  # quiet by default
+        assert noise not in head, text[:3000]
     runs = mlflow.tracking.MlflowClient(tracking_uri=uri).search_runs(
         [mlflow.tracking.MlflowClient(tracking_uri=uri).get_experiment_by_name("swarmpool").experiment_id])
     assert [r.info.status for r in runs] == ["KILLED"]

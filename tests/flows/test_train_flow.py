@@ -30,6 +30,14 @@ def test_default_echo_flow_two_updates(flow_config) -> None:
         assert key in run.data.metrics, key
     assert run.data.metrics["merge/token_ratio"] > 1.0  # a group of 8 shares its prompt
     assert run.data.params["task.name"] == "echo"
+    assert not any(k.startswith(("train.out_dir", "pool.url", "gateway.port")) for k in run.data.params)
+    assert run.data.tags["swarm.task"] == "echo" and run.data.tags["swarm.model"]
+    for key in ("summary/reward_first5", "summary/reward_last10", "summary/reward_best", "summary/wall_min",
+                "episodes/reward", "episodes/n", "eval/n"):  # sortable summary; what the task's episodes reported
+        assert key in run.data.metrics, key
+    exp = mlflow.tracking.MlflowClient(tracking_uri=cfg["mlflow"]["tracking_uri"]).get_experiment_by_name("swarmpool")
+    db_dir = Path(cfg["mlflow"]["tracking_uri"].removeprefix("sqlite:///")).parent
+    assert exp.artifact_location == (db_dir / "mlartifacts" / "swarmpool").as_uri()  # not ./mlruns
     assert {"config.json", "trajectories", "adapters", "merge_stats.json"} <= set(artifacts)
     pool = Pool(cfg["pool"]["url"])
     try:
@@ -43,6 +51,15 @@ def test_default_echo_flow_two_updates(flow_config) -> None:
         assert max(s.policy_version for s in pool.query_steps(StepFilter(), limit=10_000)) >= 1
     finally:
         pool.close()
+
+
+def test_a_run_without_any_batch_is_failed_not_finished(flow_config) -> None:
+    """No worker, no batch: the run ends FAILED with the reason as a tag, not as an empty FINISHED run."""
+    cfg = flow_config("train.updates=2", "runner.workers=0", "train.batch_timeout_s=2")
+    summary = train_flow(cfg)
+    assert summary["status"] == "FAILED" and summary["updates"] == 0
+    run, _ = _run_metrics(cfg["mlflow"]["tracking_uri"], summary["run_id"])
+    assert run.info.status == "FAILED" and "batch_timeout_s" in run.data.tags["swarm.failure"]
 
 
 def _consumed_per_policy(url: str) -> dict[str, int]:
