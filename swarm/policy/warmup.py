@@ -6,8 +6,9 @@ synthetic chats of a word-chain game: the user says a few nouns, the assistant a
 one noun that starts with the last letter of the user's last noun — or, in ``repeat_p`` of the
 chats, with that last noun itself. The model learns the reply format (one word, then
 ``<|im_end|>``) and to read the user's last word. Because some replies repeat the word, the
-warm-up leaks part of the echo task: the warmed model answers echo prompts correctly about one
-time in seven (measured in tests/policy/test_warmup.py), and RL gains are reported against that.
+warm-up leaks part of the echo task: the warmed model sometimes answers echo prompts correctly
+(``pytest -s tests/policy/test_warmup.py -k echoes`` prints the rate on 96 samples and asserts it
+stays under 30%), and RL gains are reported against that start.
 
 It does not know any task package; NOUNS simply contains the echo task's words.
 """

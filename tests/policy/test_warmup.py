@@ -48,6 +48,8 @@ def test_warmed_tiny_model_answers_one_word_and_rarely_echoes(warm_tiny_model_pa
         text = tok.decode(new, skip_special_tokens=True).strip()
         exact += text == word
         sim += difflib.SequenceMatcher(None, text, word).ratio()
+    print(f"warm start on echo: exact {exact}/{n} ({exact / n:.1%}), ended its turn {ended}/{n}, "
+          f"mean similarity {sim / n:.3f}")
     assert ended / n > 0.9  # learned to end its turn
     assert exact / n < 0.3  # the task is far from solved: room for RL
     assert sim / n < 0.6
