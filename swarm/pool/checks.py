@@ -28,6 +28,7 @@ def coerce(model: type[R], obj: Any, what: str) -> R:
 
 
 def chunks(items: list, n: int = IN_CHUNK) -> Iterable[list]:
+    """Consecutive slices of ``items`` of at most ``n`` (one IN (...) list each)."""
     for i in range(0, len(items), n):
         yield items[i : i + n]
 

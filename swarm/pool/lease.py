@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
 
 from swarm.errors import ConflictError, LeaseError, ValidationError
+from swarm.pool.checks import chunks, coerce
 from swarm.pool.engine import claim_lock
 from swarm.pool.filter import StepFilter
 from swarm.pool.query import JOIN, good_groups, has_group_conditions, singletons_pass, step_conditions
@@ -69,72 +70,16 @@ class LeaseMixin:
         a ``max_steps``-only lease: use ``max_groups``). Returns an empty lease when nothing
         is available.
         """
-        from swarm.pool.checks import coerce
-
-        f = coerce(StepFilter, filter, "filter")
-        if max_steps is None and max_groups is None:
-            raise ValidationError("lease needs max_steps or max_groups")
-        for name, v in (("max_steps", max_steps), ("max_groups", max_groups)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValidationError(f"{name}: must be a positive integer, got {v!r}")
-        if not (isinstance(ttl_s, int | float) and math.isfinite(ttl_s) and ttl_s > 0):
-            raise ValidationError(f"ttl_s: must be a positive number of seconds, got {ttl_s!r}")
-        if f.consumed:
-            raise ValidationError("consumed: a lease only takes unconsumed steps; leave consumed unset or False")
-
+        f = _check_lease_args(filter, max_steps, max_groups, ttl_s)
         lease_id = new_id("lease")
         with self._tx(write=True) as c:
             claim_lock(c)
             t = now()
-            unclaimed = [S.c.consumed_version.is_(None), sa.or_(S.c.lease_id.is_(None), S.c.lease_expires_at <= t)]
-            sel = f.model_copy(update={"consumed": None})  # stated once, in ``unclaimed``
-            # group conditions are checked on candidate groups only, not over the whole pool
-            where = [
-                *step_conditions(sel, self.dialect, groups=False),
-                *unclaimed,
-                E.c.status != EpisodeStatus.abandoned.value,
-            ]
-            check = _group_check(c, sel, self.dialect) if has_group_conditions(sel) else None
-            order = _candidate_groups(c, where, max_groups or 2 * (max_steps or 0), check)
-            members = _members(c, where, order)
-            chosen: list[str] = []
-            ids: list[str] = []
-            for key in order:
-                size = len(members.get(key, ()))
-                if size == 0:
-                    continue
-                if max_groups is not None and len(chosen) >= max_groups:
-                    break
-                if max_steps is not None and len(ids) + size > max_steps:
-                    continue
-                chosen.append(key)
-                ids.extend(members[key])
-                if max_steps is not None and len(ids) == max_steps:
-                    break
             expires = t + float(ttl_s)
-            claimed = 0
-            for i in range(0, len(ids), 500):
-                chunk = ids[i : i + 500]
-                res = c.execute(
-                    S.update()
-                    .where(S.c.step_id.in_(chunk), *unclaimed)
-                    .values(lease_id=lease_id, lease_expires_at=expires)
-                )
-                claimed += res.rowcount
-            if claimed != len(ids):  # cannot happen under the claim lock; never hand out a shared step
-                raise ConflictError("steps were claimed concurrently; retry the lease", lease_id=lease_id)
-            c.execute(
-                LS.insert(),
-                {
-                    "lease_id": lease_id,
-                    "state": "active",
-                    "n_steps": len(ids),
-                    "created_at": t,
-                    "expires_at": expires,
-                    "consumed_version": None,
-                    "filter": f.model_dump(mode="json"),
-                },
-            )
+            unclaimed = _unclaimed(t)
+            chosen, ids = _select(c, f, self.dialect, unclaimed, max_steps, max_groups)
+            _claim(c, lease_id, ids, unclaimed, expires)
+            c.execute(LS.insert(), _lease_row(lease_id, f, len(ids), t, expires))
             steps = self._read_steps(c, [S.c.lease_id == lease_id], with_tokens=True) if ids else []
         rank = {k: i for i, k in enumerate(chosen)}
         steps.sort(key=lambda s: (rank[s.group_id or s.step_id], s.created_at, s.step_id))
@@ -189,15 +134,101 @@ def _live(c: sa.Connection, lease_id: str) -> Any:
     return row
 
 
+def _check_lease_args(filter: Any, max_steps: int | None, max_groups: int | None, ttl_s: Any) -> StepFilter:
+    """The validated filter of a lease call; a ValidationError names any bad argument."""
+    f = coerce(StepFilter, filter, "filter")
+    if max_steps is None and max_groups is None:
+        raise ValidationError("lease needs max_steps or max_groups")
+    for name, v in (("max_steps", max_steps), ("max_groups", max_groups)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValidationError(f"{name}: must be a positive integer, got {v!r}")
+    if not (isinstance(ttl_s, int | float) and math.isfinite(ttl_s) and ttl_s > 0):
+        raise ValidationError(f"ttl_s: must be a positive number of seconds, got {ttl_s!r}")
+    if f.consumed:
+        raise ValidationError("consumed: a lease only takes unconsumed steps; leave consumed unset or False")
+    return f
+
+
+def _unclaimed(t: float) -> list[sa.ColumnElement]:
+    """Steps neither consumed nor under a live lease at time ``t``."""
+    return [S.c.consumed_version.is_(None), sa.or_(S.c.lease_id.is_(None), S.c.lease_expires_at <= t)]
+
+
+def _select(
+    c: sa.Connection,
+    f: StepFilter,
+    dialect: str,
+    unclaimed: list[sa.ColumnElement],
+    max_steps: int | None,
+    max_groups: int | None,
+) -> tuple[list[str], list[str]]:
+    """The group keys to lease (oldest first) and their available step ids."""
+    sel = f.model_copy(update={"consumed": None})  # stated once, in ``unclaimed``
+    # group conditions are checked on candidate groups only, not over the whole pool
+    where = [
+        *step_conditions(sel, dialect, groups=False),
+        *unclaimed,
+        E.c.status != EpisodeStatus.abandoned.value,
+    ]
+    check = _group_check(c, sel, dialect) if has_group_conditions(sel) else None
+    order = _candidate_groups(c, where, max_groups or 2 * (max_steps or 0), check)
+    return _fit(order, _members(c, where, order), max_steps, max_groups)
+
+
+def _fit(
+    order: list[str], members: dict[str, list[str]], max_steps: int | None, max_groups: int | None
+) -> tuple[list[str], list[str]]:
+    """Whole groups in ``order`` within ``max_groups`` and ``max_steps`` (a group that does not fit is skipped)."""
+    chosen: list[str] = []
+    ids: list[str] = []
+    for key in order:
+        size = len(members.get(key, ()))
+        if size == 0:
+            continue
+        if max_groups is not None and len(chosen) >= max_groups:
+            break
+        if max_steps is not None and len(ids) + size > max_steps:
+            continue
+        chosen.append(key)
+        ids.extend(members[key])
+        if max_steps is not None and len(ids) == max_steps:
+            break
+    return chosen, ids
+
+
+def _claim(c: sa.Connection, lease_id: str, ids: list[str], unclaimed: list[sa.ColumnElement], expires: float) -> None:
+    """Put ``ids`` under the lease; a ConflictError if any was claimed meanwhile."""
+    claimed = 0
+    for chunk in chunks(ids):
+        res = c.execute(
+            S.update().where(S.c.step_id.in_(chunk), *unclaimed).values(lease_id=lease_id, lease_expires_at=expires)
+        )
+        claimed += res.rowcount
+    if claimed != len(ids):  # cannot happen under the claim lock; never hand out a shared step
+        raise ConflictError("steps were claimed concurrently; retry the lease", lease_id=lease_id)
+
+
+def _lease_row(lease_id: str, f: StepFilter, n_steps: int, t: float, expires: float) -> dict[str, Any]:
+    """The ``leases`` row of a new, active lease."""
+    return {
+        "lease_id": lease_id,
+        "state": "active",
+        "n_steps": n_steps,
+        "created_at": t,
+        "expires_at": expires,
+        "consumed_version": None,
+        "filter": f.model_dump(mode="json"),
+    }
+
+
 def _group_check(c: sa.Connection, f: StepFilter, dialect: str) -> Callable[[list[str]], set[str]]:
     """A function keeping the group keys that pass ``f``'s group conditions."""
 
     def keep(keys: list[str]) -> set[str]:
         ok = {k for k in keys if k.startswith("\0")} if singletons_pass(f) else set()
         grouped = [k for k in keys if not k.startswith("\0")]
-        for i in range(0, len(grouped), 500):
-            q = good_groups(f, dialect).where(S.c.group_id.in_(grouped[i : i + 500]))
-            ok.update(c.execute(q).scalars())
+        for chunk in chunks(grouped):
+            ok.update(c.execute(good_groups(f, dialect).where(S.c.group_id.in_(chunk))).scalars())
         return ok
 
     return keep
@@ -245,8 +276,7 @@ def _candidate_groups(
 def _members(c: sa.Connection, where: list[sa.ColumnElement], keys: list[str]) -> dict[str, list[str]]:
     """Available step ids of each group key (whole groups)."""
     out: dict[str, list[str]] = {}
-    for i in range(0, len(keys), 500):
-        chunk = keys[i : i + 500]
+    for chunk in chunks(keys):
         q = (
             sa.select(S.c.step_id, S.c.group_id)
             .select_from(JOIN)

@@ -4,9 +4,10 @@
 version counter. :meth:`Trainer.update` runs exactly one optimizer step on a list of
 :class:`~swarm.merge.TrainSeq`: merge (``none`` / ``timeline`` / ``tree``), micro-batches up to
 the token budget, PPO-clip (+ optional k3 KL to the adapter-disabled base) with weights fixed
-over the whole batch, so accumulation equals the full-batch gradient; then grad clipping and
-the step. :meth:`Trainer.publish` saves the adapter in peft format, calls the backend's
-``load_weights(policy, adapter_state, version)`` and bumps the version.
+over the whole batch, so accumulation equals the full-batch gradient (the tensor pieces live in
+``swarm.train.batch_loss``); then grad clipping and the step. :meth:`Trainer.publish` saves
+the adapter in peft format, calls the backend's ``load_weights(policy, adapter_state,
+version)`` and bumps the version.
 :meth:`Trainer.save_checkpoint` / :meth:`Trainer.resume` make the loop restartable.
 
 When a ``torch.distributed`` process group is initialised (torchrun), the update is data
@@ -21,21 +22,23 @@ metrics dict each call returns.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from swarm.errors import ValidationError
-from swarm.merge import TrainSeq, collate, merge_items, micro_batches
+from swarm.merge import Collated, TrainSeq, collate, merge_items, micro_batches
+from swarm.merge.layout import PackedRow
 from swarm.records import PolicyVersion
 from swarm.train import distributed
 from swarm.train.advantages import advantage_stats
+from swarm.train.batch_loss import BatchWeights, LossSums, MicroLoss, batch_weights, micro_batch_loss
 from swarm.train.checkpoint import commit_checkpoint, load_latest_checkpoint
 from swarm.train.config import TrainConfig
 from swarm.train.constraint import ConstraintReplay, target_allowed
 from swarm.train.forward import target_logprobs
-from swarm.train.losses import item_token_weights, k3_kl, ppo_clip_loss
 from swarm.train.publish import adapter_state, is_peft, save_adapter
 
 __all__ = ["Trainer"]
@@ -145,87 +148,41 @@ class Trainer:
         t0 = time.perf_counter()
         batch = merge_items(items, cfg.merge, cfg.token_budget)
         t_merge = time.perf_counter() - t0
-        n_targets = [0] * len(items)
-        for row in batch.rows:
-            for i in row.target_item:
-                n_targets[i] += 1
         dev = next(self.model.parameters()).device
-        w_item = item_token_weights(n_targets, cfg.loss_agg).float().to(dev)
-        adv = torch.tensor([it.advantage for it in items], dtype=torch.float32, device=dev)
-        width = max((len(it.response_ids) for it in items), default=0)
-        beh = torch.full((len(items), max(width, 1)), float("nan"))
-        for i, it in enumerate(items):
-            if it.behaviour_logprobs is not None and it.response_ids:
-                beh[i, : len(it.response_ids)] = torch.tensor(it.behaviour_logprobs)
-        beh = beh.to(dev)
+        weights = batch_weights(items, batch.rows, cfg.loss_agg, dev)
         masks = self._constraint_masks(items)
-
         self.model.train()
-        sums = {k: 0.0 for k in ("loss", "pg", "kl_ref", "clipped", "approx_kl", "entropy", "ratio", "tis")}
-        count = 0
-        t_fwd = t_bwd = 0.0
-        for group in distributed.shard(micro_batches(batch.rows, cfg.token_budget)):
-            col = collate([batch.rows[i] for i in group], pad_id=cfg.pad_id)
-            if col.target_ids.numel() == 0:
-                continue
+        sums, t_fwd, t_bwd = LossSums(), 0.0, 0.0
+        for col in self._micro_batches(batch.rows):
             t1 = time.perf_counter()
-            allowed = target_allowed(masks, col)
-            logp, ent = target_logprobs(self.model, col, cfg.temperature, with_entropy=True, allowed=allowed)
-            item, offset = col.target_item.to(logp.device), col.target_offset.to(logp.device)
-            a = adv[item]
-            pg, info = ppo_clip_loss(
-                logp,
-                beh[item, offset],
-                a,
-                proximal_logp=logp.detach() if cfg.ratio == "decoupled" else None,
-                clip_low=cfg.clip_low,
-                clip_high=cfg.clip_high,
-                tis_cap=cfg.tis_cap,
-            )
-            tok_loss = pg
-            if cfg.kl_coef > 0:
-                kl = k3_kl(logp, self._ref_logprobs(col, allowed))
-                tok_loss = pg + cfg.kl_coef * kl
-                sums["kl_ref"] += kl.detach().sum().item()
-            w = w_item[item]
-            loss = (w * tok_loss).sum()
+            part = self._micro_batch_loss(col, weights, masks)
             t2 = time.perf_counter()
-            loss.backward()
-            t3 = time.perf_counter()
+            part.loss.backward()
             t_fwd += t2 - t1
-            t_bwd += t3 - t2
-            sums["loss"] += loss.item()
-            sums["pg"] += (w * pg.detach()).sum().item()
-            sums["clipped"] += info["clipped"].sum().item()
-            sums["approx_kl"] += info["approx_kl"].sum().item()
-            sums["ratio"] += info["ratio"].sum().item()
-            sums["tis"] += info["tis_weight"].sum().item()
-            sums["entropy"] += ent.sum().item()
-            count += int(col.target_ids.numel())
-
-        sums["count"] = float(count)
-        sums = distributed.all_reduce_sums(sums, dev)
-        count = int(sums["count"])
-        n = max(count, 1)
-        metrics = {
-            "train/loss": sums["loss"],
-            "train/pg_loss": sums["pg"],
-            "train/clip_frac": sums["clipped"] / n,
-            "train/approx_kl": sums["approx_kl"] / n,
-            "train/ratio_mean": sums["ratio"] / n,
-            "train/tis_weight_mean": sums["tis"] / n,
-            "train/entropy": sums["entropy"] / n,
-            "train/tokens": float(count),
-            "train/tokens_forward": float(batch.stats.tokens_after),
-            "time/merge_s": t_merge,
-            "time/forward_s": t_fwd,
-            "time/backward_s": t_bwd,
-        }
-        if cfg.kl_coef > 0:
-            metrics["train/kl_ref"] = sums["kl_ref"] / n
+            t_bwd += time.perf_counter() - t2
+            sums.add(part)
+        sums = LossSums.from_dict(distributed.all_reduce_sums(sums.as_dict(), dev))
+        metrics = sums.metrics(with_kl=cfg.kl_coef > 0)
+        metrics.update({"train/tokens_forward": float(batch.stats.tokens_after), "time/merge_s": t_merge,
+                        "time/forward_s": t_fwd, "time/backward_s": t_bwd})
         metrics.update(batch.stats.as_metrics())
         metrics.update(advantage_stats([it.advantage for it in items]))
         return metrics
+
+    def _micro_batches(self, rows: list[PackedRow]) -> Iterator[Collated]:
+        """This rank's micro-batches of ``rows`` within the token budget, collated; empty ones skipped."""
+        for group in distributed.shard(micro_batches(rows, self.config.token_budget)):
+            col = collate([rows[i] for i in group], pad_id=self.config.pad_id)
+            if col.target_ids.numel() > 0:
+                yield col
+
+    def _micro_batch_loss(self, col: Collated, weights: BatchWeights, masks: dict[int, torch.Tensor]) -> MicroLoss:
+        """Forward one micro-batch (and the reference, with a KL term) and take its loss."""
+        cfg = self.config
+        allowed = target_allowed(masks, col)
+        logp, ent = target_logprobs(self.model, col, cfg.temperature, with_entropy=True, allowed=allowed)
+        ref = self._ref_logprobs(col, allowed) if cfg.kl_coef > 0 else None
+        return micro_batch_loss(logp, ent, col, weights, cfg, ref)
 
     def _constraint_masks(self, items: list[TrainSeq]) -> dict[int, torch.Tensor]:
         if all(it.constraint is None for it in items):
