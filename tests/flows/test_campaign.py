@@ -102,6 +102,10 @@ def test_two_member_campaign_end_to_end(tmp_path: Path) -> None:
     assert len(children) == 2 and all(c.info.status == "FINISHED" for c in children)
     assert {c.data.params["algo.lr"] for c in children} == {"0.001", "0.004"}
     assert all(c.data.params["campaign_member.campaign"] == "tiny_lr" for c in children)
+    assert {c.info.run_name for c in children} == {"echo lr=0.001 seed=0", "echo lr=0.004 seed=0"}
+    assert all(c.data.tags["swarm.task"] == "echo" and c.data.tags["swarm.model"] == "tiny"
+               and c.data.tags["swarm.campaign"] == "tiny_lr" and len(c.data.tags["swarm.member_hash"]) == 64
+               for c in children)
     out = tmp_path / "campaign"
     report = (out / "report.md").read_text()
     assert "| 1 | `algo.lr=" in report and "![curves](plots/curves.png)" in report
@@ -113,6 +117,7 @@ def test_two_member_campaign_end_to_end(tmp_path: Path) -> None:
     # the next night continues from MLflow: both members are done, nothing reruns, same parent run
     again = campaign_flow("tiny_lr", overrides, scheduled=True)
     assert again["parent_run_id"] == res["parent_run_id"] and again["outcomes"] == [] and again["nights"] == 2
+    assert "1 | `algo.lr=" in (tmp_path / "campaign" / "report.md").read_text()  # the same members reported
     # a member that fails (bad warm-up name) is marked FAILED in MLflow; the campaign finishes its night
     conf = tmp_path / "conf"
     shutil.copytree(REPO / "conf", conf)
@@ -146,3 +151,39 @@ def test_schedule_is_a_cron_deployment_with_the_right_next_run(tmp_path: Path) -
     if first <= now:
         first += dt.timedelta(days=1)
     assert starts[:3] == [first, first + dt.timedelta(days=1), first + dt.timedelta(days=2)]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_harness")
+def test_config_dir_task_outside_the_repo_and_a_changed_config_reruns(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # a generated task kept outside the repository: its package, task config and campaign in tmp_path
+    pkg = tmp_path / "mytasks" / "mytask"
+    pkg.mkdir(parents=True)
+    (tmp_path / "mytasks" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from experiments.echo import make_instance, run_episode  # noqa: F401\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    conf = tmp_path / "conf"
+    (conf / "task").mkdir(parents=True)
+    (conf / "campaign").mkdir()
+    (conf / "task" / "mytask.yaml").write_text("# @package _global_\ntask:\n  name: mytasks.mytask\n  group_size: 4\n")
+    (conf / "campaign" / "ext.yaml").write_text(yaml.safe_dump(
+        {"name": "ext", "base": ["+task=mytask", "batching.min_groups=1"], "sweep": {"params": {"algo.lr": [0.002]}}}))
+    overrides = _overrides(tmp_path)
+    first = campaign_flow("ext", [*overrides, "train.updates=1"], conf_dir=str(conf))
+    assert [o["status"] for o in first["outcomes"]] == ["FINISHED"]
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'mlruns.db'}")
+    run = client.get_run(first["outcomes"][0]["run_id"])
+    assert run.info.run_name == "mytask lr=0.002 seed=0" and run.data.tags["swarm.task"] == "mytasks.mytask"
+    # more updates: the same swept values, another member; it reruns and the report shows only the new run
+    second = campaign_flow("ext", [*overrides, "train.updates=2"], conf_dir=str(conf))
+    assert [o["status"] for o in second["outcomes"]] == ["FINISHED"]
+    rerun = client.get_run(second["outcomes"][0]["run_id"])
+    assert rerun.info.run_id != run.info.run_id
+    assert rerun.data.tags["swarm.member_hash"] != run.data.tags["swarm.member_hash"]
+    assert [m.step for m in client.get_metric_history(rerun.info.run_id, "reward/mean")][-1] == 2
+    report = (tmp_path / "campaign" / "report.md").read_text()
+    assert "1 member runs (1 finished" in report and "1 older member run(s)" in report
+    # unchanged: nothing reruns
+    third = campaign_flow("ext", [*overrides, "train.updates=2"], conf_dir=str(conf))
+    assert third["outcomes"] == [] and third["nights"] == 3
