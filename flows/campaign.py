@@ -346,14 +346,13 @@ def campaign_flow(campaign: str, overrides: list[str] | None = None, scheduled: 
         todo = [p for p in plans if p.hash not in done]
         console.print(f"[bold]campaign {spec.name}[/] night {nights + 1}: {len(plans)} members, "
                       f"{len(plans) - len(todo)} already done with this exact config, {len(todo)} to run "
-                      f"(MLflow parent run {parent_id})")
+                      f"(MLflow parent run {parent_id}; member folders and logs under {out / 'members'})")
         make = _process_runner if spec.concurrency > 1 else _inprocess_runner
         runner = make(spec, user, by_key, conf, parent_id)
         position = {p.member.key: i for i, p in enumerate(todo, 1)}
 
         def announced(m: Member, deadline: float | None) -> Outcome:
-            console.print(f"[bold cyan]member {position[m.key]}/{len(todo)}[/]: {' '.join(m.overrides)}  "
-                          f"[dim]({by_key[m.key].folder})[/]")
+            console.print(f"[bold cyan]member {position[m.key]}/{len(todo)}[/]: {' '.join(m.overrides)}")
             return runner(m, deadline)
 
         budget = spec.budget_min * 60 if spec.budget_min else None
