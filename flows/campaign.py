@@ -15,7 +15,8 @@ campaign file (applied only with ``plan.auto``).
 
 Each member run is named for what differs (``echo lr=0.001 seed=0``) and tagged ``swarm.task``,
 ``swarm.model``, ``swarm.campaign``, ``swarm.member_hash``. The terminal shows each member with its
-overrides as it starts and a table of results at the end.
+overrides as it starts and a table of results at the end. Composing members (search path, overrides,
+config hash, run names) lives in :mod:`flows.campaign_members`.
 
 ``--schedule`` serves the same flow as a Prefect deployment on ``campaign.schedule.cron``; a
 scheduled night after ``schedule.nights`` nights does nothing. Command-line overrides other than
@@ -24,38 +25,35 @@ scheduled night after ``schedule.nights`` nights does nothing. Command-line over
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import mlflow
-from hydra import compose, version
 from omegaconf import OmegaConf
 from prefect import flow, get_run_logger
 from rich.console import Console
 from rich.table import Table
 
 from flows import tracking
-from research_agent.analysis import MemberResult, collect, current, write_report
-from research_agent.sweep import (
-    MEMBER_DIR,
-    CampaignSpec,
-    Member,
-    campaign_dir,
-    config_hash,
-    expand,
-    parse_campaign,
-    run_label,
+from flows.campaign_members import (
+    MemberPlan,
+    compose_config,
+    config_flags,
+    load_campaign,
+    member_overrides,
+    plan_members,
 )
+from research_agent.analysis import MemberResult, collect, current, write_report
+from research_agent.sweep import CampaignSpec, Member, expand
 
 __all__ = ["campaign_flow", "compose_config", "member_overrides", "plan_members", "MemberPlan", "run_members",
            "Outcome", "schedule_kwargs", "deployment", "main"]
@@ -70,82 +68,6 @@ class Outcome:
     status: str            # FINISHED | FAILED | KILLED | SKIPPED (budget)
     run_id: str | None = None
     error: str = ""
-
-
-@dataclass(frozen=True)
-class MemberPlan:
-    """A member with its effective-config hash, its folder, MLflow run name and tags."""
-
-    member: Member
-    hash: str
-    folder: Path
-    run_name: str
-    tags: dict[str, str]
-
-
-@contextlib.contextmanager
-def _search_path(conf_dir: Path | str | None) -> Iterator[None]:
-    """Hydra's search path for composing: ``conf_dir`` first (when given), then the repository's ``conf/``.
-
-    The same order as ``python -m flows.train --config-path DIR --config-dir <repo>/conf`` (Hydra's own
-    ``--config-dir`` is searched after the primary path, so it could not override a built-in file).
-    """
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import create_config_search_path
-    from hydra.core.config_search_path import SearchPathQuery
-    from hydra.initialize import get_gh_backup, restore_gh_from_backup
-
-    backup = get_gh_backup()
-    version.setbase(None)
-    first = Path(conf_dir).resolve() if conf_dir else CONF
-    csp = create_config_search_path(str(first))
-    if first != CONF:
-        csp.prepend(provider="command-line", path=f"file://{CONF}", anchor=SearchPathQuery(provider="schema"))
-    Hydra.create_main_hydra2(task_name="campaign", config_search_path=csp)
-    try:
-        yield
-    finally:
-        restore_gh_from_backup(backup)
-
-
-def compose_config(overrides: list[str], conf_dir: Path | str | None = None) -> Any:
-    """``train.yaml`` composed with ``overrides`` (unresolved DictConfig), ``conf_dir`` searched before ``conf/``."""
-    with _search_path(conf_dir):
-        return compose(config_name="train", overrides=overrides)
-
-
-def _load_campaign(name: str, overrides: list[str],
-                   conf_dir: Path | str | None) -> tuple[CampaignSpec, dict[str, Any], Path]:
-    forced = [f"++{o}" if o.startswith("campaign.") else o for o in overrides]  # any campaign key, set or not
-    cfg = compose_config([f"+campaign={name}", *forced, "train.out_dir=."], conf_dir)
-    spec = parse_campaign(OmegaConf.to_container(cfg.campaign, resolve=True))  # type: ignore[arg-type]
-    out = campaign_dir(spec)
-    return spec, OmegaConf.to_container(cfg.mlflow, resolve=True), out  # type: ignore[return-value]
-
-
-def member_overrides(spec: CampaignSpec, m: Member, user: list[str], folder: Path | str,
-                     run_name: str | None = None) -> list[str]:
-    """The overrides that make member ``m`` a ``flows.train`` config writing under ``folder``."""
-    name = (run_name or f"{spec.name} {m.label}").replace("'", "")
-    return [*spec.base, *user, *m.overrides, f"train.out_dir={folder}",
-            f"run_name='{name}'", f"++campaign_member.campaign={spec.name}",
-            f"++campaign_member.key={m.key}", f"++campaign_member.config='{m.config_label}'"]
-
-
-def plan_members(spec: CampaignSpec, members: list[Member], user: list[str], out: Path,
-                 conf_dir: Path | str | None = None) -> list[MemberPlan]:
-    """Compose each member's full config to hash it (:func:`config_hash`) and name its run and folder."""
-    plans = []
-    for m in members:
-        cfg = OmegaConf.to_container(compose_config(member_overrides(spec, m, user, MEMBER_DIR), conf_dir),
-                                     resolve=True)
-        assert isinstance(cfg, dict)
-        h = config_hash(cfg)
-        task, model = str(cfg["task"]["name"]), str(cfg["model"].get("path") or cfg["model"].get("name"))
-        plans.append(MemberPlan(m, h, out / "members" / f"{m.key}-{h[:8]}", run_label(task, m),
-                                {"swarm.task": task, "swarm.model": model, "swarm.campaign": spec.name,
-                                 "swarm.kind": "member", "swarm.member_hash": h}))
-    return plans
 
 
 def run_members(members: list[Member], run_one: Callable[[Member, float | None], Outcome], concurrency: int = 1,
@@ -235,13 +157,6 @@ def _prefect_api_url() -> str | None:
         return str(c.api_url)
 
 
-def _config_flags(conf_dir: Path | None) -> list[str]:
-    """``flows.train`` flags for the same search path as :func:`compose_config` (user's folder first)."""
-    if conf_dir is None or conf_dir.resolve() == CONF:
-        return []
-    return ["--config-path", str(conf_dir.resolve()), "--config-dir", str(CONF)]
-
-
 def _process_runner(spec: CampaignSpec, user: list[str], plans: dict[str, MemberPlan], conf_dir: Path | None,
                     parent_id: str) -> Callable[[Member, float | None], Outcome]:
     env = {**os.environ, "PREFECT_API_URL": _prefect_api_url() or ""}
@@ -249,7 +164,7 @@ def _process_runner(spec: CampaignSpec, user: list[str], plans: dict[str, Member
 
     def run(m: Member, deadline: float | None) -> Outcome:
         plan = plans[m.key]
-        cmd = [sys.executable, "-m", "flows.train", *_config_flags(conf_dir),
+        cmd = [sys.executable, "-m", "flows.train", *config_flags(conf_dir),
                *member_overrides(spec, m, user, plan.folder, plan.run_name), f"++mlflow.parent_run_id={parent_id}",
                f"hydra.run.dir={plan.folder / 'hydra'}"]
         plan.folder.mkdir(parents=True, exist_ok=True)
@@ -327,7 +242,7 @@ def campaign_flow(campaign: str, overrides: list[str] | None = None, scheduled: 
     console = Console(highlight=False)
     conf = Path(conf_dir).resolve() if conf_dir else None
     user = [o for o in (overrides or []) if not o.lstrip("+~").startswith("campaign")]
-    spec, mcfg, out = _load_campaign(campaign, list(overrides or []), conf)
+    spec, mcfg, out = load_campaign(campaign, list(overrides or []), conf)
     mlflow.set_tracking_uri(tracking.tracking_uri(mcfg["tracking_uri"]))
     mlflow.set_experiment(mcfg["experiment"])
     parent_id, nights = _parent_run(spec.name, mcfg["experiment"])
@@ -399,7 +314,7 @@ def schedule_kwargs(spec: CampaignSpec, overrides: list[str], conf_dir: str | No
 
 def deployment(campaign: str, overrides: list[str], conf_dir: str | None = None) -> Any:
     """The campaign as a Prefect deployment (``.apply()`` registers it; :func:`main` serves it)."""
-    spec, _, _ = _load_campaign(campaign, overrides, conf_dir)
+    spec, _, _ = load_campaign(campaign, overrides, conf_dir)
     # _sync: Prefect picks its async variant whenever it sees an event loop (e.g. in a test session)
     return campaign_flow.to_deployment(**schedule_kwargs(spec, overrides, conf_dir), _sync=True)
 
@@ -443,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
                              "  prefect server start            # UI on http://127.0.0.1:4200\n"
                              "  PREFECT_API_URL=http://127.0.0.1:4200/api python -m flows.campaign "
                              f"+campaign={names[0]} --schedule")
-        spec, _, _ = _load_campaign(names[0], overrides, conf_dir)
+        spec, _, _ = load_campaign(names[0], overrides, conf_dir)
         print(f"serving campaign {spec.name}: {spec.schedule.cron} ({spec.schedule.timezone}), "
               f"{spec.schedule.nights} nights. Watch it in the Prefect UI (`prefect server start`, "
               "http://127.0.0.1:4200 -> Deployments -> swarm-campaign/" + spec.name + "). Ctrl-C stops serving.")
