@@ -2,7 +2,10 @@
 
 A campaign sweeps Hydra overrides of ``flows.train`` over a grid or random samples, each
 configuration with several seeds; every (configuration, seed) is one member with a stable key
-(a hash of its overrides), so a later night knows which members are already done.
+(a hash of its swept values: its label and folder name). Whether a member is already done is
+decided by :func:`config_hash`, a hash of its whole effective config (base config, campaign base
+overrides, command-line overrides and swept values), so changing ``train.updates`` or
+``conf/train.yaml`` reruns it.
 
 It does not run anything (``flows/campaign.py`` does) and never imports Hydra or MLflow.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import math
 import random
 from dataclasses import dataclass, field
@@ -22,7 +26,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from research_agent.errors import CampaignError
 
 __all__ = ["CampaignSpec", "SweepSpec", "ScheduleSpec", "PlanSpec", "Member", "expand", "parse_campaign",
-           "format_value", "campaign_dir"]
+           "format_value", "campaign_dir", "config_hash", "run_label", "VOLATILE_KEYS", "MEMBER_DIR"]
+
+# Config keys that differ between runs of the same member without changing what is trained: where
+# it writes and which MLflow run it is (see :func:`config_hash`).
+VOLATILE_KEYS = ("run_name", "mlflow", "campaign_member", "hydra", "gateway.port")
+# The placeholder ``train.out_dir`` a member's config is hashed with (so ``pool.url`` under it is stable).
+MEMBER_DIR = "@member_dir"
 
 
 class _M(BaseModel):
@@ -127,6 +137,33 @@ class Member:
     @property
     def key(self) -> str:
         return "m-" + hashlib.sha1(self.label.encode()).hexdigest()[:10]
+
+
+def config_hash(cfg: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of a resolved member config, less :data:`VOLATILE_KEYS`.
+
+    Compose the config with ``train.out_dir=`` :data:`MEMBER_DIR` so paths under the member's folder
+    (the pool file) hash the same wherever the campaign writes.
+    """
+    clean = json.loads(json.dumps(cfg, default=str))
+    for dotted in VOLATILE_KEYS:
+        *parents, last = dotted.split(".")
+        node = clean
+        for k in parents:
+            node = node.get(k) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+    canonical = json.dumps(clean, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def run_label(task: str, m: Member) -> str:
+    """A member's MLflow run name: the task and its overrides, keys shortened to their last part when
+    that stays unambiguous (``echo lr=0.001 seed=0``)."""
+    lasts = [k.rsplit(".", 1)[-1] for k in m.values]
+    short = len(set(lasts)) == len(lasts) and "seed" not in lasts
+    parts = [f"{k.rsplit('.', 1)[-1] if short else k}={format_value(v)}" for k, v in m.values.items()]
+    return " ".join([task.rsplit(".", 1)[-1], *parts, f"seed={m.seed}"])
 
 
 def _draw(rng: random.Random, v: list[Any] | Range) -> Any:

@@ -1,5 +1,6 @@
 """Campaigns: a two-member sweep end to end (nested MLflow runs, report with plots, next night
-continues), failing members, the cron deployment in a Prefect server, and the planner's proposal."""
+continues), members identified by their effective-config hash (a changed config reruns), a task kept
+outside the repository (``--config-dir``), failing members and the cron deployment."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import mlflow
 import pytest
 import yaml
 
-from flows.campaign import Outcome, campaign_flow, deployment, member_overrides, run_members
-from research_agent.sweep import Member, expand, parse_campaign
+from flows.campaign import Outcome, campaign_flow, deployment, main, member_overrides, plan_members, run_members
+from research_agent.sweep import Member, config_hash, expand, parse_campaign
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,10 +35,43 @@ def test_expand_grid_random_and_overrides(tmp_path: Path) -> None:
                                                  "params": {"algo.lr": {"low": 1e-4, "high": 1e-2, "log": True}}}})
     assert [m.key for m in expand(rnd)] == [m.key for m in expand(rnd)]  # same draws every night
     assert all(1e-4 <= m.values["algo.lr"] <= 1e-2 for m in expand(rnd))
-    ov = member_overrides(spec, members[0], ["model.seed=1"], tmp_path)
-    assert ov[0] == "+task=echo" and "model.seed=1" in ov and f"train.out_dir={tmp_path / 'members' / members[0].key}" in ov
+    ov = member_overrides(spec, members[0], ["model.seed=1"], tmp_path / "m")
+    assert ov[0] == "+task=echo" and "model.seed=1" in ov and f"train.out_dir={tmp_path / 'm'}" in ov
     with pytest.raises(Exception, match="sweep.params.algo.lr: a range needs sweep.mode=random"):
         parse_campaign({"name": "x", "sweep": {"params": {"algo.lr": {"low": 0.1, "high": 1}}}})
+
+
+def test_member_identity_is_the_effective_config_hash(tmp_path: Path) -> None:
+    spec = parse_campaign({"name": "c", "base": ["train.updates=2"],
+                           "sweep": {"params": {"algo.lr": [0.001, 0.004]}, "seeds": [0]}})
+    members = expand(spec)
+    plans = plan_members(spec, members, [f"mlflow.tracking_uri=sqlite:///{tmp_path / 'a.db'}"], tmp_path / "a")
+    assert plans[0].hash != plans[1].hash  # the swept value is part of the config
+    assert plans[0].run_name == "echo lr=0.001 seed=0"
+    assert plans[0].tags | {"swarm.member_hash": ""} == {"swarm.task": "echo", "swarm.model": "tiny", "swarm.campaign": "c",
+                                                          "swarm.kind": "member", "swarm.member_hash": ""}
+    assert plans[0].folder == tmp_path / "a" / "members" / f"{members[0].key}-{plans[0].hash[:8]}"
+    # where it writes and which MLflow store it uses are not the member's identity ...
+    moved = plan_members(spec, members, [f"mlflow.tracking_uri=sqlite:///{tmp_path / 'b.db'}"], tmp_path / "b")
+    assert [p.hash for p in moved] == [p.hash for p in plans]
+    # ... but the number of updates, a user override or the base config are
+    longer = parse_campaign(spec.model_dump() | {"base": ["train.updates=3"]})
+    assert {p.hash for p in plan_members(longer, members, [], tmp_path)}.isdisjoint({p.hash for p in plans})
+    assert plan_members(spec, members, ["task.max_tokens=4"], tmp_path)[0].hash != plans[0].hash
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "train.yaml").write_text((REPO / "conf" / "train.yaml").read_text().replace("max_tokens: 8", "max_tokens: 6"))
+    assert plan_members(spec, members, [], tmp_path, conf)[0].hash != plans[0].hash
+    assert config_hash({"a": 1, "mlflow": {"x": 1}, "gateway": {"port": 5}}) == config_hash({"a": 1, "gateway": {}})
+
+
+def test_cli_config_dir_lists_its_campaigns_and_rejects_a_missing_folder(tmp_path: Path) -> None:
+    (tmp_path / "campaign").mkdir()
+    (tmp_path / "campaign" / "mine.yaml").write_text("name: mine\n")
+    with pytest.raises(SystemExit, match=r"--config-dir DIR.*\ncampaigns: .*mine.*tiny_lr"):
+        main(["--config-dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="not a folder"):
+        main([f"--config-dir={tmp_path / 'nope'}", "+campaign=mine"])
 
 
 def test_failed_members_do_not_stop_the_rest_and_budget_skips() -> None:
@@ -68,6 +102,10 @@ def test_two_member_campaign_end_to_end(tmp_path: Path) -> None:
     assert len(children) == 2 and all(c.info.status == "FINISHED" for c in children)
     assert {c.data.params["algo.lr"] for c in children} == {"0.001", "0.004"}
     assert all(c.data.params["campaign_member.campaign"] == "tiny_lr" for c in children)
+    assert {c.info.run_name for c in children} == {"echo lr=0.001 seed=0", "echo lr=0.004 seed=0"}
+    assert all(c.data.tags["swarm.task"] == "echo" and c.data.tags["swarm.model"] == "tiny"
+               and c.data.tags["swarm.campaign"] == "tiny_lr" and len(c.data.tags["swarm.member_hash"]) == 64
+               for c in children)
     out = tmp_path / "campaign"
     report = (out / "report.md").read_text()
     assert "| 1 | `algo.lr=" in report and "![curves](plots/curves.png)" in report
@@ -79,6 +117,7 @@ def test_two_member_campaign_end_to_end(tmp_path: Path) -> None:
     # the next night continues from MLflow: both members are done, nothing reruns, same parent run
     again = campaign_flow("tiny_lr", overrides, scheduled=True)
     assert again["parent_run_id"] == res["parent_run_id"] and again["outcomes"] == [] and again["nights"] == 2
+    assert "1 | `algo.lr=" in (tmp_path / "campaign" / "report.md").read_text()  # the same members reported
     # a member that fails (bad warm-up name) is marked FAILED in MLflow; the campaign finishes its night
     conf = tmp_path / "conf"
     shutil.copytree(REPO / "conf", conf)
@@ -112,3 +151,39 @@ def test_schedule_is_a_cron_deployment_with_the_right_next_run(tmp_path: Path) -
     if first <= now:
         first += dt.timedelta(days=1)
     assert starts[:3] == [first, first + dt.timedelta(days=1), first + dt.timedelta(days=2)]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_harness")
+def test_config_dir_task_outside_the_repo_and_a_changed_config_reruns(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # a generated task kept outside the repository: its package, task config and campaign in tmp_path
+    pkg = tmp_path / "mytasks" / "mytask"
+    pkg.mkdir(parents=True)
+    (tmp_path / "mytasks" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from experiments.echo import make_instance, run_episode  # noqa: F401\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    conf = tmp_path / "conf"
+    (conf / "task").mkdir(parents=True)
+    (conf / "campaign").mkdir()
+    (conf / "task" / "mytask.yaml").write_text("# @package _global_\ntask:\n  name: mytasks.mytask\n  group_size: 4\n")
+    (conf / "campaign" / "ext.yaml").write_text(yaml.safe_dump(
+        {"name": "ext", "base": ["+task=mytask", "batching.min_groups=1"], "sweep": {"params": {"algo.lr": [0.002]}}}))
+    overrides = _overrides(tmp_path)
+    first = campaign_flow("ext", [*overrides, "train.updates=1"], conf_dir=str(conf))
+    assert [o["status"] for o in first["outcomes"]] == ["FINISHED"]
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'mlruns.db'}")
+    run = client.get_run(first["outcomes"][0]["run_id"])
+    assert run.info.run_name == "mytask lr=0.002 seed=0" and run.data.tags["swarm.task"] == "mytasks.mytask"
+    # more updates: the same swept values, another member; it reruns and the report shows only the new run
+    second = campaign_flow("ext", [*overrides, "train.updates=2"], conf_dir=str(conf))
+    assert [o["status"] for o in second["outcomes"]] == ["FINISHED"]
+    rerun = client.get_run(second["outcomes"][0]["run_id"])
+    assert rerun.info.run_id != run.info.run_id
+    assert rerun.data.tags["swarm.member_hash"] != run.data.tags["swarm.member_hash"]
+    assert [m.step for m in client.get_metric_history(rerun.info.run_id, "reward/mean")][-1] == 2
+    report = (tmp_path / "campaign" / "report.md").read_text()
+    assert "1 member runs (1 finished" in report and "1 older member run(s)" in report
+    # unchanged: nothing reruns
+    third = campaign_flow("ext", [*overrides, "train.updates=2"], conf_dir=str(conf))
+    assert third["outcomes"] == [] and third["nights"] == 3
