@@ -244,7 +244,7 @@ def campaign_flow(campaign: str, overrides: list[str] | None = None, scheduled: 
     user = [o for o in (overrides or []) if not o.lstrip("+~").startswith("campaign")]
     spec, mcfg, out = load_campaign(campaign, list(overrides or []), conf)
     mlflow.set_tracking_uri(tracking.tracking_uri(mcfg["tracking_uri"]))
-    mlflow.set_experiment(mcfg["experiment"])
+    mlflow.set_experiment(experiment_id=tracking.ensure_experiment(mcfg["experiment"]))  # artifacts beside the DB
     parent_id, nights = _parent_run(spec.name, mcfg["experiment"])
     if scheduled and nights >= spec.schedule.nights:
         log.info("campaign %s has run its %d nights; nothing to do", spec.name, spec.schedule.nights)
