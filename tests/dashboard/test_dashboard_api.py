@@ -99,11 +99,13 @@ def test_bad_input_is_a_clear_400(http, path, params) -> None:
 
 def test_unknown_ids_are_404(http) -> None:
     assert http.get("/dashboard/api/steps/step-nope").status_code == 404
-    assert http.get("/dashboard/api/optimization", params={"group_id": "no-such-group"}).status_code == 404
+    assert http.get("/dashboard/api/merging", params={"group_id": "no-such-group"}).status_code == 404
 
 
-def test_optimization_matches_the_merge_of_the_lease(http, dash) -> None:
-    o = http.get("/dashboard/api/optimization").json()
+def test_merging_matches_the_merge_of_the_lease(http, dash) -> None:
+    o = http.get("/dashboard/api/merging").json()
+    old = http.get("/dashboard/api/optimization").json()  # the view's former name still answers
+    assert [b["lease_id"] for b in old["batches"]] == [b["lease_id"] for b in o["batches"]]
     assert {b["lease_id"] for b in o["batches"]} >= set(dash["ids"]["leases"])
     for b in o["batches"]:
         assert b["tree"]["tokens_after"] <= b["timeline"]["tokens_after"] <= b["none"]["tokens_before"]
@@ -122,4 +124,4 @@ def test_svg_escapes_text_and_summary_counts_staleness() -> None:
     s = summarize(rows)
     assert s["steps"]["total"] == 4 and s["steps"]["consumed"] == 3
     assert s["staleness"] == {1: 3}  # leased by version 1 (acked as 2), made by version 0
-    assert s["versions"][0]["reward_mean"] == 0.5
+    assert s["versions"][0]["step_reward_mean"] == 0.5

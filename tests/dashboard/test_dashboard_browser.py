@@ -57,10 +57,10 @@ def test_every_view_renders_pool_data(dash, open_page) -> None:
     want = pool.count_steps(trainer)
     p.wait_for_function(f"document.querySelector(\"#cur-cards [data-key='matching steps'] .v\").textContent === '{want}'")
 
-    p = pg.view("optimization")
-    assert p.locator("#opt-batches tbody tr").count() == 2
-    assert p.locator("#opt-icicle svg rect").count() >= 2
-    assert "tree" in p.inner_text("#opt-selected")
+    p = pg.view("merging")
+    assert p.locator("#mrg-batches tbody tr").count() == 2
+    assert p.locator("#mrg-icicle svg rect").count() >= 2
+    assert "tree" in p.inner_text("#mrg-selected")
 
     p = pg.view("consumption")
     assert _num(p.inner_text("#con-cards [data-key='leases acked'] .v")) == 2
