@@ -13,6 +13,7 @@ It never writes (labels and exports go through :class:`swarm.pool.Pool`).
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from typing import Any
 
@@ -258,8 +259,16 @@ def step_rows(pool: Pool, f: StepFilter, limit: int, offset: int = 0, order: str
     return rows
 
 
-def role_of(meta: dict[str, Any] | None) -> tuple[str | None, int | None]:
-    """(role, seat) of a multi-agent episode from its metadata (``role``; ``seat`` or ``player``)."""
+def role_of(meta: dict[str, Any] | str | None) -> tuple[str | None, int | None]:
+    """(role, seat) of a multi-agent episode from its metadata (``role``; ``seat`` or ``player``).
+
+    ``meta`` may be the JSON text itself: rows read by :func:`_forced` skip the column's decoding.
+    """
+    if isinstance(meta, str | bytes):
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            meta = None
     meta = meta if isinstance(meta, dict) else {}
     role = meta.get("role")
     seat = meta.get("seat", meta.get("player"))
