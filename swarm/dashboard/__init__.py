@@ -2,8 +2,8 @@
 
 Five views over the pool: Collection (what is coming in), Representation (what a step really
 is: messages, exact tokens, logprobs), Curation (the trainer's own :class:`~swarm.pool.StepFilter`
-and labels, with live counts and Parquet export), Optimization (what prefix merging saves per
-batch, and the prefix tree) and Consumption (leases, acks, staleness, reward per version).
+and labels, with live counts and Parquet export), Prefix merging (what merging saves per batch,
+and the prefix tree) and Consumption (leases, acks, staleness, episode reward per version).
 
 Everything ships in this package: one HTML page, a small vanilla-JS file and a stylesheet;
 charts are SVG rendered on the server. Reads go through bounded, indexed queries

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 
 from swarm.dashboard import queries, svg
-from swarm.dashboard.optimization import load_sequences, merge_summary, tree_view
+from swarm.dashboard.merging import load_sequences, merge_summary, tree_view
 from swarm.dashboard.snapshot import Aggregates, MergeCache, RateCache
 from swarm.errors import NotFoundError
 from swarm.gateway.auth import Caller
@@ -89,28 +89,51 @@ async def page(request: Request) -> HTMLResponse:
 
 
 # ------------------------------------------------------------------------------------ collection
+def _window_text(window_s: float) -> str:
+    """600 -> '10 min', 86400 -> '24 h'."""
+    if window_s >= 86400 * 2:
+        return f"{window_s / 86400:g} days"
+    if window_s >= 3600:
+        return f"{window_s / 3600:g} h"
+    return f"{window_s / 60:g} min"
+
+
 @router.get("/dashboard/api/collection", dependencies=[Depends(reader_caller)])
 async def collection(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
-    """Steps and episodes per source / task / policy / status, step rates, active clients."""
+    """Steps and episodes per source / task / policy / status, step rates, active clients.
+
+    The rate window ends now while steps keep coming; when the newest step is older than the
+    window (a finished run), it ends at that step instead (``rates.live`` false), so the chart
+    shows the run's last window of data rather than an empty one.
+    """
     control, _ = _split(request)
     window = _num(control, "window_s", 600, 60, 30 * 86400)
     dash = _dash(request)
+    now = time.time()
     agg = await state.db(dash.aggregates.current)
-    rates = await state.db(dash.rates.series, window, 60)
+    latest = await state.db(queries.last_step_at, state.pool)
+    live = latest is None or latest >= now - window
+    end = now if live else latest
+    rates = await state.db(dash.rates.series, window, 60, end)
     clients = await state.db(queries.open_by_client, state.pool)
     recent = await state.db(queries.recent_episodes, state.pool, 12)
     active, agreed = state.sync.snapshot()
     known = {c["client_id"] for c in clients}
-    now = time.time()
     for c in clients:
         c["idle_s"] = round(now - c.pop("last_seen"), 1)
         c["agreed"] = c["client_id"] in agreed
     clients += [{"client_id": c, "open_episodes": 0, "idle_s": None, "task": None, "agreed": c in agreed}
                 for c in sorted(active - known)]
-    chart = svg.line_chart({k: [tuple(p) for p in v] for k, v in rates["series"].items()},
-                           "steps per second by source", y_label="steps/s")
+    if live:
+        title = f"steps per second by source, last {_window_text(window)}"
+    else:
+        ended = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(latest))
+        title = f"steps per second by source, the {_window_text(window)} up to the newest step ({ended})"
+    chart = svg.line_chart({k: [tuple(p) for p in v] for k, v in rates["series"].items()}, title,
+                           y_label="steps/s", empty="no steps yet")
     return {"as_of": now, "steps": agg["steps"], "episodes": agg["episodes"], "snapshot": agg["snapshot"],
-            "rates": {"window_s": window, "bucket_s": rates["bucket_s"], "counts": rates["counts"]},
+            "rates": {"window_s": window, "bucket_s": rates["bucket_s"], "counts": rates["counts"],
+                      "live": live, "end": end, "title": title},
             "clients": clients, "recent_episodes": recent, "charts": {"rates": chart}}
 
 
@@ -246,7 +269,7 @@ async def export(body: ExportIn, caller: Caller = Depends(admin_caller),
                         headers={"X-Rows": str(n)}, background=BackgroundTask(os.unlink, path))
 
 
-# ---------------------------------------------------------------------------------- optimization
+# -------------------------------------------------------------------------------- prefix merging
 async def _batch_stats(state: GatewayState, dash: DashboardState, lease: dict[str, Any]) -> dict[str, Any]:
     cached = dash.merges.get(lease["lease_id"])
     if cached is not None:
@@ -258,9 +281,13 @@ async def _batch_stats(state: GatewayState, dash: DashboardState, lease: dict[st
     return stats
 
 
-@router.get("/dashboard/api/optimization", dependencies=[Depends(reader_caller)])
-async def optimization(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
-    """Merge savings per batch (lease) over time, and the prefix tree of one batch or group."""
+@router.get("/dashboard/api/merging", dependencies=[Depends(reader_caller)])
+@router.get("/dashboard/api/optimization", dependencies=[Depends(reader_caller)], include_in_schema=False)
+async def merging(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """Prefix merging: savings per batch (lease) over time, and the prefix tree of one batch or group.
+
+    ``/dashboard/api/optimization`` is the same route under the view's former name.
+    """
     control, _ = _split(request, frozenset({"lease_id", "group_id"}))
     dash = _dash(request)
     leases = await state.db(queries.recent_leases, state.pool, 30)
@@ -287,10 +314,25 @@ async def optimization(request: Request, state: GatewayState = Depends(State)) -
                     "tree": await state.cpu(tree_view, seqs, state.backend.decode)}
     return {"batches": batches, "selected": selected,
             "charts": {"saving": svg.line_chart(series, "saving per batch", y_label="% tokens saved"),
-                       "tokens": svg.line_chart(tokens, "tokens per batch", y_label="tokens")}}
+                       "tokens": svg.line_chart(tokens, "tokens per batch", y_label="tokens", y_integer=True)}}
 
 
 # ----------------------------------------------------------------------------------- consumption
+def _several_types(vers: list[dict[str, Any]]) -> bool:
+    return len({t for v in vers for t in v["episode_rewards"]}) > 1
+
+
+def _reward_series(vers: list[dict[str, Any]]) -> dict[str, list[tuple[float, float, str]]]:
+    """Per policy (and episode type, when there are several): (version, mean episode reward, note)."""
+    several = _several_types(vers)
+    out: dict[str, list[tuple[float, float, str]]] = {}
+    for v in vers:
+        for typ, e in v["episode_rewards"].items():
+            name = f"{v['policy']} ({typ})" if several else v["policy"]
+            out.setdefault(name, []).append((v["version"], e["reward_mean"], f"{e['episodes']} episodes"))
+    return dict(sorted(out.items()))
+
+
 @router.get("/dashboard/api/consumption", dependencies=[Depends(reader_caller)])
 async def consumption(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
     """Leases and acks over time, steps consumed per version, staleness, reward per version."""
@@ -309,28 +351,39 @@ async def consumption(request: Request, state: GatewayState = Depends(State)) ->
             cum_acked.append((ls["created_at"], b))
     vers = agg["versions"]
     policies = sorted({v["policy"] for v in vers})
-    reward = {p: [(v["version"], v["reward_mean"]) for v in vers if v["policy"] == p and v["reward_mean"] is not None]
-              for p in policies}
+    reward = _reward_series(vers)
     consumed_versions = sorted({v["version"] for v in vers if v["consumed_by_this_update"]})
     consumed = {p: [next((v["consumed_by_this_update"] for v in vers if v["policy"] == p and v["version"] == cv), 0)
                     for cv in consumed_versions] for p in policies}
-    made = sorted({v["version"] for v in vers})
+    made = sorted({v["version"] for v in vers if v["steps"]})
     generated = {p: [next((v["steps"] for v in vers if v["policy"] == p and v["version"] == mv), 0) for mv in made]
                  for p in policies}
     stale = agg["staleness"]
+    mixed = sum(agg["mixed_episodes"].values())
+    reward_note = (f"Mean final reward of finished episodes whose steps were all generated by that policy "
+                   f"version (one line per policy{', and per episode type' if _several_types(vers) else ''}). "
+                   + ("No finished episode spans versions." if mixed == 0 else
+                      f"{mixed} finished episode{'s' if mixed != 1 else ''} spanning versions "
+                      f"{'are' if mixed != 1 else 'is'} left out."))
     charts = {
         "leases": svg.line_chart({"steps leased": cum_leased, "steps acked": cum_acked},
-                                 "leases and acks over time", y_label="steps (cumulative, recent leases)"),
+                                 "leases and acks over time", y_label="steps (cumulative, recent leases)",
+                                 y_integer=True),
         "consumed": svg.bar_chart([f"v{v}" for v in consumed_versions], consumed,
-                                  "steps consumed by the update that made each version", y_label="steps"),
+                                  "steps consumed by the update that made each version", y_label="steps",
+                                  x_label="policy version made by the update"),
         "generated": svg.bar_chart([f"v{v}" for v in made], generated, "steps generated per policy version",
-                                   y_label="steps"),
+                                   y_label="steps", x_label="policy version that generated the steps"),
         "staleness": svg.bar_chart([str(k) for k in stale], {"steps": list(stale.values())},
-                                   "staleness of consumed steps (versions behind the trainer)", y_label="steps"),
-        "reward": svg.line_chart(reward, "mean final reward per policy version", time_axis=False, y_min=None,
-                                 y_label="reward", x_label="policy version"),
+                                   "staleness of consumed steps (versions behind the trainer)", y_label="steps",
+                                   x_label="versions behind the trainer"),
+        "reward": svg.line_chart(reward, "mean final reward of episodes generated by one policy version",
+                                 time_axis=False, y_min=None, y_label="mean episode reward",
+                                 x_label="policy version (every step of the episode)", x_integer=True,
+                                 empty="no finished episode with a final reward played by one version yet"),
     }
     return {"as_of": now, "lease_totals": totals, "versions": vers, "staleness": stale,
+            "mixed_episodes": agg["mixed_episodes"], "reward_note": reward_note,
             "steps": agg["steps"], "snapshot": agg["snapshot"],
             "recent_leases": [{k: v for k, v in ls.items() if k != "filter"} for ls in leases[:20]],
             "policy_versions": versions[:50], "charts": charts}

@@ -43,8 +43,8 @@ def endpoints(pool: Pool) -> dict[str, str]:
         "count (trainer filter, capped)": "/dashboard/api/count?policy=default&reward_status=final"
                                           "&episode_status=finished&consumed=false",
         "curation": "/dashboard/api/curation?policy=default",
-        "optimization": "/dashboard/api/optimization",
-        "optimization (group)": f"/dashboard/api/optimization?group_id={lease.group_id}",
+        "merging": "/dashboard/api/merging",
+        "merging (group)": f"/dashboard/api/merging?group_id={lease.group_id}",
         "consumption": "/dashboard/api/consumption",
     }
 

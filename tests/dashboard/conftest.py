@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from populate import ADMIN, populate
+from populate import ADMIN, finished_game_run, populate
 
 from swarm.gateway import GatewaySettings
 from swarm.policy.echo import EchoBackend
@@ -69,13 +69,17 @@ class Page:
         p.wait_for_selector(f"body[data-loaded='{name}']", timeout=20_000)
         return p
 
-    def shot(self, name: str) -> None:
-        """Screenshot into $SWARM_SCREENSHOTS_DIR (e.g. docs/img) when set."""
+    def shot(self, name: str, selector: str | None = None) -> None:
+        """Screenshot (of the page, or of the element ``selector``) into $SWARM_SCREENSHOTS_DIR when set."""
         out = os.environ.get("SWARM_SCREENSHOTS_DIR")
         if out:
             Path(out).mkdir(parents=True, exist_ok=True)
+            path = str(Path(out) / f"dashboard-{name}.png")
             self.page.evaluate("window.scrollTo(0, 0)")
-            self.page.screenshot(path=str(Path(out) / f"dashboard-{name}.png"), full_page=True)
+            if selector:
+                self.page.locator(selector).screenshot(path=path)
+            else:
+                self.page.screenshot(path=path, full_page=True)
 
     def close(self) -> None:
         self.ctx.close()
@@ -91,6 +95,20 @@ def dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     try:
         ids = populate(stack.url, pool, backend, headers={"Authorization": f"Bearer {ADMIN}"})
         yield {"url": stack.url, "pool": pool, "backend": backend, "ids": ids, "stack": stack}
+    finally:
+        stack.stop()
+        pool.close()
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A gateway over a pool holding only a werewolves-like run that ended three hours ago."""
+    d = tmp_path_factory.mktemp("finished")
+    pool = Pool(f"sqlite:///{d / 'pool.db'}")
+    run = finished_game_run(pool)
+    stack = start_stack(pool, EchoBackend(), GatewaySettings(admin_token=ADMIN))
+    try:
+        yield {"url": stack.url, "pool": pool, **run}
     finally:
         stack.stop()
         pool.close()

@@ -1,4 +1,5 @@
-"""Drive real traffic through a running gateway so every dashboard view has data.
+"""Drive real traffic through a running gateway so every dashboard view has data; and a finished
+multi-agent run with known numbers (:func:`finished_game_run`).
 
 Black-box episodes through the OpenAI SDK (multi-turn, so later turns are prefix-consistent
 extensions of earlier ones), white-box steps, a failed and a still-open episode, late service
@@ -8,12 +9,13 @@ a published policy version in between (the backend's version goes up, so later s
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
 
 from swarm.client import SwarmClient
-from swarm.records import PolicyVersion
+from swarm.records import Episode, PolicyVersion, Step
 
 ADMIN = "dash-admin-token"  # the admin token of the dashboard tests' gateway
 WORDS = ("apple", "river", "stone", "cloud", "amber", "maple", "tiger", "ocean")
@@ -83,3 +85,54 @@ def populate(url: str, pool: Any, backend: Any, headers: dict[str, str] | None =
     ids = extras(url)
     ids["leases"] = [ls["lease_id"] for ls in leases]
     return ids
+
+
+# A finished multi-agent run, written straight into a pool with past timestamps: werewolves-like
+# games (one episode per seat, role and seat in the episode's metadata, two policies), where
+# some seats were played across a policy update. ``(policy, role, seat, type, versions of its
+# steps, reward, status)``; rewards are chosen so that step-weighted and episode means differ.
+GAME_SEATS = (
+    ("default", "villager", 1, "train", (0, 0), 1.0, "finished"),
+    ("default", "seer", 2, "train", (0, 0), 0.0, "finished"),
+    ("default", "villager", 4, "train", (0, 1), -1.0, "finished"),  # spans the update: not attributed
+    ("default", "villager", 5, "train", (1, 1, 1), 0.5, "finished"),
+    ("default", "seer", 2, "train", (1,), -0.5, "finished"),
+    ("default", "villager", 3, "eval", (1,), 1.0, "finished"),
+    ("default", "villager", 6, "train", (1,), None, "open"),  # no reward yet: not counted
+    ("default", "seer", 7, "train", (2,), None, "failed"),  # failed: not counted
+    ("wolf", "werewolf", 0, "train", (0,), -1.0, "finished"),
+    ("wolf", "werewolf", 8, "train", (0, 1), 1.0, "finished"),  # spans the update: not attributed
+    ("wolf", "werewolf", 0, "train", (1,), 1.0, "finished"),
+)
+# what the dashboard must show for GAME_SEATS: (policy, version) -> {type: (episodes, mean reward)}
+GAME_EPISODE_REWARDS = {("default", 0): {"train": (2, 0.5)}, ("default", 1): {"eval": (1, 1.0), "train": (2, 0.0)},
+                        ("wolf", 0): {"train": (1, -1.0)}, ("wolf", 1): {"train": (1, 1.0)}}
+GAME_MIXED = {"default": 1, "wolf": 1}
+# the old, step-weighted attribution, for contrast: (1+1+0+0-1) / 5 and (-1+0.5*3-0.5+1) / 6
+GAME_STEP_MEANS = {("default", 0): 0.2, ("default", 1): 1 / 6}
+
+
+def finished_game_run(pool: Any, hours_ago: float = 3.0, span_s: float = 240.0) -> dict[str, Any]:
+    """Write GAME_SEATS into ``pool`` as a run that ended ``hours_ago`` hours ago over ``span_s`` s."""
+    t0 = time.time() - hours_ago * 3600
+    n_steps = sum(len(s[4]) for s in GAME_SEATS)
+    k, episodes = 0, []
+    for i, (policy, role, seat, typ, versions, reward, status) in enumerate(GAME_SEATS):
+        t = t0 + span_s * k / n_steps
+        ep = pool.add_episode(Episode(task="werewolves", group_id=f"game-{i // 4}", client_id="ww-worker", type=typ,
+                                      created_at=t, updated_at=t,
+                                      metadata={"role": role, "player": seat, "seed": i // 4, "policy": policy}))
+        steps = []
+        for j, v in enumerate(versions):
+            steps.append(Step(episode_id=ep.episode_id, index=j, policy=policy, policy_version=v,
+                              prompt_ids=[1, 2, 3, 10 + seat, 20 + j], response_ids=[30 + j, 31],
+                              response_logprobs=[-0.2, -0.1], response_text="{}",
+                              created_at=t0 + span_s * k / n_steps))
+            k += 1
+        pool.add_steps(steps)
+        if status == "finished":
+            pool.end_episode(ep.episode_id, reward=reward)
+        elif status == "failed":
+            pool.abort_episode(ep.episode_id)
+        episodes.append(ep.episode_id)
+    return {"episodes": episodes, "steps": n_steps, "t_end": t0 + span_s * (n_steps - 1) / n_steps}

@@ -1,5 +1,7 @@
 """The dashboard in a real headless Chromium over a real gateway run: every view renders the
-pool's data, updates live, a label made in the UI changes what a lease returns, no console errors."""
+pool's data, updates live, a label made in the UI changes what a lease returns, no console errors;
+over a finished multi-agent run: last window of step rates, role / seat column, honest reward per
+version; chart axes readable (whole-number ticks where whole, no clipped or repeated labels)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import re
 import httpx
 import polars as pl
 import pytest
-from populate import ADMIN, run_groups
+from populate import ADMIN, GAME_SEATS, run_groups
 
 from swarm.pool import StepFilter
 
@@ -17,6 +19,40 @@ pytestmark = pytest.mark.browser
 
 def _num(text: str) -> int:
     return int(re.sub(r"[^\d]", "", text))
+
+
+# every text of the visible view's charts inside its viewBox; per chart, tick labels not repeated and
+# x tick labels not overlapping
+CHART_PROBLEMS = """() => {
+  const bad = [];
+  for (const svg of document.querySelectorAll('.view:not([hidden]) svg.chart')) {
+    const vb = svg.viewBox.baseVal, name = svg.getAttribute('aria-label');
+    for (const t of svg.querySelectorAll('text')) {
+      const b = t.getBBox();
+      if (b.x < -0.5 || b.y < -0.5 || b.x + b.width > vb.width + 0.5 || b.y + b.height > vb.height + 0.5)
+        bad.push(`${name}: '${t.textContent}' clipped`);
+    }
+    for (const cls of ['xt', 'yt']) {
+      const ts = [...svg.querySelectorAll('text.' + cls)];
+      const labels = ts.map((t) => t.textContent);
+      if (new Set(labels).size !== labels.length) bad.push(`${name}: repeated ${cls} labels ${labels}`);
+      if (cls === 'xt') {
+        const boxes = ts.map((t) => t.getBBox()).sort((a, b) => a.x - b.x);
+        for (let i = 1; i < boxes.length; i++)
+          if (boxes[i].x < boxes[i - 1].x + boxes[i - 1].width) bad.push(`${name}: x labels overlap ${labels}`);
+      }
+    }
+  }
+  return bad;
+}"""
+
+
+def _ticks(p, box: str, cls: str) -> list[str]:
+    return p.eval_on_selector_all(f"{box} svg text.{cls}", "els => els.map(e => e.textContent)")
+
+
+def _whole(labels: list[str]) -> bool:
+    return bool(labels) and all(re.fullmatch(r"v?-?\d+(\.0)?k?", s) for s in labels)
 
 
 def test_every_view_renders_pool_data(dash, open_page) -> None:
@@ -57,10 +93,10 @@ def test_every_view_renders_pool_data(dash, open_page) -> None:
     want = pool.count_steps(trainer)
     p.wait_for_function(f"document.querySelector(\"#cur-cards [data-key='matching steps'] .v\").textContent === '{want}'")
 
-    p = pg.view("optimization")
-    assert p.locator("#opt-batches tbody tr").count() == 2
-    assert p.locator("#opt-icicle svg rect").count() >= 2
-    assert "tree" in p.inner_text("#opt-selected")
+    p = pg.view("merging")
+    assert p.locator("#mrg-batches tbody tr").count() == 2
+    assert p.locator("#mrg-icicle svg rect").count() >= 2
+    assert "tree" in p.inner_text("#mrg-selected")
 
     p = pg.view("consumption")
     assert _num(p.inner_text("#con-cards [data-key='leases acked'] .v")) == 2
@@ -68,6 +104,76 @@ def test_every_view_renders_pool_data(dash, open_page) -> None:
     assert p.locator("#con-reward svg circle").count() >= 3  # versions 0, 1, 2
     assert p.locator("#con-staleness svg rect").count() >= 1
     assert p.locator("#con-leases svg polyline").count() == 2
+    for box in ("#con-leases", "#con-consumed", "#con-generated", "#con-staleness"):  # counts
+        assert _whole(_ticks(p, box, "yt")), (box, _ticks(p, box, "yt"))
+    assert _whole(_ticks(p, "#con-reward", "xt")), _ticks(p, "#con-reward", "xt")  # versions
+    assert p.evaluate(CHART_PROBLEMS) == []
+    assert pg.errors == []
+
+
+def test_coinciding_lease_lines_show_as_two(dash, open_page) -> None:
+    """Every lease of this run is acked, so 'steps leased' and 'steps acked' are the same line."""
+    pg = open_page(dash["url"])
+    p = pg.view("consumption")
+    lines = p.eval_on_selector_all("#con-leases svg polyline.series", """els => els.map(e => ({
+        name: e.dataset.series, points: e.getAttribute('points'), width: Number(e.getAttribute('stroke-width')),
+        dash: e.getAttribute('stroke-dasharray') || '', colour: e.getAttribute('stroke')}))""")
+    assert [ln["name"] for ln in lines] == ["steps leased", "steps acked"]
+    leased, acked = lines
+    assert leased["points"] == acked["points"]  # they coincide ...
+    # ... and still show as two: the first is wider (its colour shows on both sides), the second dashed
+    assert leased["width"] > acked["width"] + 1 and acked["dash"] and not leased["dash"]
+    assert leased["colour"] != acked["colour"]
+    legend = p.eval_on_selector_all("#con-leases svg .legend-item", "els => els.map(e => e.dataset.series)")
+    assert legend == ["steps leased", "steps acked"]
+    assert p.locator("#con-leases svg .legend-item line[stroke-dasharray]").count() == 1
+    assert pg.errors == []
+
+
+def test_prefix_merging_view_and_its_old_link(dash, open_page) -> None:
+    pg = open_page(dash["url"])
+    p = pg.page
+    p.goto(f"{dash['url']}/dashboard#optimization")  # links to the former name land on the renamed view
+    p.wait_for_selector("body[data-loaded='merging']", timeout=20_000)
+    assert p.evaluate("location.hash") == "#merging"
+    assert p.inner_text("#tabs a.active") == "Prefix merging"
+    assert "Optimization" not in p.inner_text("#tabs")
+    assert p.locator("#mrg-batches tbody tr").count() == 2
+    assert pg.errors == []
+
+
+def test_finished_multi_agent_run(finished, open_page) -> None:
+    """A werewolves-like run that ended 3 h ago: rates, roles and reward per version."""
+    pg = open_page(finished["url"])
+    p = pg.view("collection")  # the last 10 min hold no step: the chart shows the run's last window
+    assert p.locator("#col-rates svg polyline.series").count() == 1
+    assert "no steps yet" not in p.inner_text("#col-rates")
+    assert "newest step" in p.inner_text("#col-rates-note")
+    assert float(p.inner_text("#col-cards [data-key='steps/s (last window with data)'] .v")) > 0
+    assert p.evaluate(CHART_PROBLEMS) == []
+
+    p = pg.view("representation")
+    p.wait_for_selector("#rep-table th:has-text('role / seat')")
+    p.select_option("#rep-filter select[name=order]", "created")  # oldest first: GAME_SEATS' order
+    p.wait_for_function("document.querySelector('#rep-table tbody tr').textContent.includes('villager · seat 1')")
+    cells = p.eval_on_selector_all("#rep-table tbody tr", """rows => rows.map(r => {
+        const i = [...r.closest('table').querySelectorAll('th')].findIndex(h => h.textContent === 'role / seat');
+        return r.children[i].textContent; })""")
+    assert cells == [f"{role} · seat {seat}" for _, role, seat, _, versions, _, _ in GAME_SEATS for _ in versions]
+    pg.shot("roles", "#view-representation .panel >> nth=0")
+    p.locator("#rep-table tbody tr >> nth=0").click()
+    p.wait_for_selector("#rep-role")
+    assert p.inner_text("#rep-role") == "villager · seat 1"
+
+    p = pg.view("consumption")
+    assert "Episode reward per policy version" in p.inner_text("#view-consumption")
+    assert "whose steps were all generated by that policy version" in p.inner_text("#con-reward-note")
+    assert "2 finished episodes spanning versions are left out" in p.inner_text("#con-reward-note")
+    assert _ticks(p, "#con-reward", "xt") == ["0", "1"]
+    legend = p.eval_on_selector_all("#con-reward svg .legend-item", "els => els.map(e => e.dataset.series)")
+    assert legend == ["default (eval)", "default (train)", "wolf (train)"]
+    assert p.evaluate(CHART_PROBLEMS) == []
+    pg.shot("reward-per-version", "#con-reward >> xpath=..")
     assert pg.errors == []
 
 

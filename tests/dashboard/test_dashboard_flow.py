@@ -65,12 +65,12 @@ def test_views_show_the_training_run(trained, open_page) -> None:
     assert p.locator("#con-consumed svg rect").count() >= 3
     pg.shot("consumption")
 
-    p = pg.view("optimization")
-    assert p.locator("#opt-batches tbody tr").count() == 3
-    saving = float(p.inner_text("#opt-batches tbody tr >> nth=0 >> td >> nth=8").rstrip(" %"))
+    p = pg.view("merging")
+    assert p.locator("#mrg-batches tbody tr").count() == 3
+    saving = float(p.inner_text("#mrg-batches tbody tr >> nth=0 >> td >> nth=8").rstrip(" %"))
     assert saving > 0  # a group of 8 shares its prompt
-    assert p.locator("#opt-icicle svg rect").count() >= 2
-    pg.shot("optimization")
+    assert p.locator("#mrg-icicle svg rect").count() >= 2
+    pg.shot("merging")
 
     p = pg.view("representation")
     step = pool.query_steps(StepFilter(consumed=True), limit=1, with_tokens=True)[0]

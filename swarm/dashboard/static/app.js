@@ -7,7 +7,7 @@ const API = ROOT + "/api";
 const POLL_MS = 2500;
 const $ = (id) => document.getElementById(id);
 const state = { view: null, busy: false, repOffset: 0, repLimit: 50, selected: new Set(), curRows: [],
-  curExact: false, optLease: null, optGroup: null, step: null };
+  curExact: false, mrgLease: null, mrgGroup: null, step: null };
 
 // ------------------------------------------------------------------------------------ helpers
 function el(tag, attrs, ...kids) {
@@ -105,8 +105,10 @@ async function loadCollection() {
   const rate = Object.values(d.rates.counts).reduce((a, b) => a + b, 0) / d.rates.window_s;
   cards("col-cards", [["steps", d.steps.total], ["episodes", d.episodes.total], ["open", st.open],
     ["finished", st.finished], ["abandoned", st.abandoned], ["failed", st.failed],
-    ["active clients", d.clients.length], ["steps/s (window)", Number(rate.toFixed(2))], ["consumed", d.steps.consumed]]);
+    ["active clients", d.clients.length], [d.rates.live ? "steps/s (window)" : "steps/s (last window with data)", Number(rate.toFixed(2))], ["consumed", d.steps.consumed]]);
   putSvg("col-rates", d.charts.rates);
+  $("col-rates-note").textContent = d.rates.live ? "" :
+    `No step in the last ${d.rates.window_s / 60} min: showing the window that ends at the newest step (${new Date(d.rates.end * 1000).toLocaleString()}).`;
   put("col-source", countTable(d.steps.by_source, "source"));
   put("col-task", countTable(d.steps.by_task, "task"));
   put("col-policy", countTable(d.steps.by_policy, "policy"));
@@ -122,12 +124,17 @@ async function loadCollection() {
 }
 
 // ----------------------------------------------------------------------------- Representation
-const stepCols = (extra) => [
+const roleText = (r) => [r.role, r.seat === null || r.seat === undefined ? null : "seat " + r.seat].filter((x) => x !== null && x !== undefined).join(" · ");
+const hasRoles = (rows) => rows.some((r) => (r.role !== null && r.role !== undefined) || (r.seat !== null && r.seat !== undefined));
+// multi-agent tasks (one episode per seat) record the seat's role in the episode's metadata: shown when a row has one
+const stepCols = (extra, rows) => [
   ...(extra || []),
   { label: "created", render: (r) => ago(r.created_at), title: (r) => new Date(r.created_at * 1000).toISOString() },
   { label: "step", render: (r) => short(r.step_id), title: (r) => r.step_id },
   { label: "episode #", render: (r) => short(r.episode_id) + " #" + r.index, title: (r) => r.episode_id },
-  { label: "task", key: "task" }, { label: "policy", render: (r) => r.policy + " v" + r.policy_version },
+  { label: "task", key: "task" },
+  ...(rows && hasRoles(rows) ? [{ label: "role / seat", render: (r) => roleText(r) || "–" }] : []),
+  { label: "policy", render: (r) => r.policy + " v" + r.policy_version },
   { label: "source", key: "source" }, { label: "prompt", key: "n_prompt", num: true }, { label: "resp", key: "n_response", num: true },
   { label: "reward", render: (r) => el("span", {}, fmt(r.reward), " ", badge(r.reward_status)) },
   { label: "episode", render: (r) => badge(r.episode_status) },
@@ -137,7 +144,7 @@ const stepCols = (extra) => [
 async function loadRepresentation() {
   const p = formParams($("rep-filter"));
   const d = await getJSON("/steps", { ...p, limit: state.repLimit, offset: state.repOffset });
-  put("rep-table", table(stepCols(), d.data, { onclick: (r) => showStep(r.step_id), empty: "no matching steps",
+  put("rep-table", table(stepCols(null, d.data), d.data, { onclick: (r) => showStep(r.step_id), empty: "no matching steps",
     rowClass: (r) => (state.step === r.step_id ? "sel" : null) }));
   $("rep-page").textContent = `rows ${state.repOffset + 1}–${state.repOffset + d.data.length}${d.has_more ? " (more)" : ""}`;
   $("rep-prev").disabled = state.repOffset === 0;
@@ -183,9 +190,12 @@ async function showStep(stepId) {
   panel.hidden = false;
   const labels = [...d.labels.step.map((l) => ["step", l]), ...d.labels.episode.map((l) => ["episode", l])];
   const pc = d.prefix_consistent;
+  const md = d.episode.metadata || {};
+  const epRole = { role: md.role ?? null, seat: md.seat ?? md.player ?? null };
   const kv = el("dl", { class: "kv" },
     el("dt", {}, "step"), el("dd", {}, d.step_id), el("dt", {}, "episode"), el("dd", {}, `${d.episode_id} (#${d.index}, `, badge(d.episode.status), ")"),
     el("dt", {}, "task / group"), el("dd", {}, `${d.task} / ${d.group_id || "–"}`),
+    ...(hasRoles([epRole]) ? [el("dt", {}, "role / seat"), el("dd", { id: "rep-role" }, roleText(epRole))] : []),
     el("dt", {}, "policy"), el("dd", {}, `${d.policy} version ${d.policy_version}`),
     el("dt", {}, "source"), el("dd", {}, d.source),
     el("dt", {}, "reward"), el("dd", {}, fmt(d.reward), " ", badge(d.reward_status)),
@@ -206,7 +216,7 @@ async function showStep(stepId) {
       meanLp === null ? null : el("span", {}, `mean logprob ${meanLp.toFixed(3)}`)),
     tokenView(d.tokens_view, lps),
     el("h2", {}, "The episode's steps, in order"),
-    table(stepCols(), d.episode_steps, { onclick: (r) => showStep(r.step_id), rowClass: (r) => (r.step_id === d.step_id ? "sel" : null) }));
+    table(stepCols(null, d.episode_steps), d.episode_steps, { onclick: (r) => showStep(r.step_id), rowClass: (r) => (r.step_id === d.step_id ? "sel" : null) }));
   panel.scrollIntoView({ block: "nearest" });
 }
 
@@ -229,7 +239,7 @@ async function loadCuration(opts = {}) {
   for (const s of [...state.selected]) if (!ids.has(s)) state.selected.delete(s);
   const check = { label: "", render: (r) => el("input", { type: "checkbox", class: "sel-step", "data-step": r.step_id, checked: state.selected.has(r.step_id),
     onchange: (e) => { e.target.checked ? state.selected.add(r.step_id) : state.selected.delete(r.step_id); } }) };
-  put("cur-table", table(stepCols([check]), rows.data, { empty: "no matching steps" }));
+  put("cur-table", table(stepCols([check], rows.data), rows.data, { empty: "no matching steps" }));
   put("cur-labels", table([{ label: "when", render: (r) => ago(r.created_at) }, { label: "target", key: "target" },
     { label: "id", render: (r) => short(r.target_id), title: (r) => r.target_id }, { label: "label", key: "label" },
     { label: "excluded", render: (r) => (r.exclude ? badge("excluded") : "") }, { label: "note", key: "note" }], meta.recent_labels, { empty: "no labels yet" }));
@@ -265,22 +275,22 @@ async function exportSelection() {
   } catch (e) { msg.className = "msg err"; msg.textContent = "export failed: " + e.message; }
 }
 
-// ---------------------------------------------------------------------------- Optimization
-async function loadOptimization() {
-  const d = await getJSON("/optimization", { lease_id: state.optLease || "", group_id: state.optGroup || "" });
-  putSvg("opt-saving", d.charts.saving);
-  putSvg("opt-tokens", d.charts.tokens);
+// -------------------------------------------------------------------------- Prefix merging
+async function loadMerging() {
+  const d = await getJSON("/merging", { lease_id: state.mrgLease || "", group_id: state.mrgGroup || "" });
+  putSvg("mrg-saving", d.charts.saving);
+  putSvg("mrg-tokens", d.charts.tokens);
   const sel = d.selected;
-  put("opt-batches", table([{ label: "lease", render: (r) => short(r.lease_id), title: (r) => r.lease_id },
+  put("mrg-batches", table([{ label: "lease", render: (r) => short(r.lease_id), title: (r) => r.lease_id },
     { label: "state", render: (r) => badge(r.state, r.state === "acked" ? "ok" : "") }, { label: "when", render: (r) => ago(r.created_at) },
     { label: "→ version", key: "consumed_version", num: true }, { label: "steps", key: "steps", num: true },
     { label: "tokens before", render: (r) => fmt(r.none.tokens_before), num: true },
     { label: "after timeline", render: (r) => fmt(r.timeline.tokens_after), num: true },
     { label: "after tree", render: (r) => fmt(r.tree.tokens_after), num: true },
     { label: "saving (tree)", render: (r) => r.tree.saving_pct + " %", num: true }], d.batches,
-  { onclick: (r) => { state.optLease = r.lease_id; state.optGroup = null; loadOptimization(); },
+  { onclick: (r) => { state.mrgLease = r.lease_id; state.mrgGroup = null; loadMerging(); },
     rowClass: (r) => (sel && sel.lease_id === r.lease_id ? "sel" : null), empty: "no training batch yet (leases appear when a trainer runs)" }));
-  const box = $("opt-selected");
+  const box = $("mrg-selected");
   if (!sel) { box.replaceChildren(el("p", { class: "foot" }, "Select a batch or enter a group id.")); return; }
   const m = sel.merge;
   const modes = ["none", "timeline", "tree"].map((k) => ({ mode: k, ...m[k] }));
@@ -291,17 +301,22 @@ async function loadOptimization() {
       { label: "tokens after", key: "tokens_after", num: true }, { label: "rows", key: "rows", num: true },
       { label: "saving", render: (r) => r.saving_pct + " %", num: true }, { label: "ratio", key: "ratio", num: true }], modes),
     el("h2", {}, `Prefix tree: ${sel.tree.n_nodes} nodes, ${sel.tree.tokens_in_tree} tokens stored once, ${sel.tree.shared_tokens} in shared spans`),
-    el("div", { class: "chartbox", id: "opt-icicle" }),
+    el("div", { class: "chartbox", id: "mrg-icicle" }),
     table([{ label: "node", render: (n) => "· ".repeat(n.level - 1) + n.id }, { label: "start", key: "start", num: true },
       { label: "tokens", key: "tokens", num: true },
       { label: "", render: (n) => el("span", { class: "bar" + (n.sequences > 1 ? "" : " one"), style: `width:${Math.max(2, (60 * n.tokens) / maxTok)}px` }) },
       { label: "shared by", key: "sequences", num: true }, { label: "trainable", key: "trainable", num: true },
       { label: "text", render: (n) => (n.text === null ? n.ids_head.join(" ") : showPiece(n.text)) }], sel.tree.nodes, { class: "tree" }),
     sel.tree.truncated ? el("p", { class: "foot" }, "first nodes only") : null);
-  $("opt-icicle").innerHTML = sel.tree.svg; // server-rendered, escaped SVG
+  $("mrg-icicle").innerHTML = sel.tree.svg; // server-rendered, escaped SVG
 }
 
 // ----------------------------------------------------------------------------- Consumption
+function epText(r, f) {
+  const e = Object.entries(r.episode_rewards || {});
+  if (!e.length) return "–";
+  return e.length === 1 ? f(e[0][1]) : e.map(([t, v]) => `${f(v)} ${t}`).join(" · ");
+}
 async function loadConsumption() {
   const d = await getJSON("/consumption");
   const t = d.lease_totals;
@@ -309,12 +324,15 @@ async function loadConsumption() {
     ["steps consumed", d.steps.consumed], ["policy versions", d.policy_versions.length]]);
   putSvg("con-leases", d.charts.leases);
   putSvg("con-reward", d.charts.reward);
+  $("con-reward-note").textContent = d.reward_note;
   putSvg("con-consumed", d.charts.consumed);
   putSvg("con-staleness", d.charts.staleness);
   putSvg("con-generated", d.charts.generated);
   put("con-versions", table([{ label: "policy", key: "policy" }, { label: "version", key: "version", num: true },
-    { label: "steps generated", key: "steps", num: true }, { label: "final rewards", key: "final", num: true },
-    { label: "mean reward", key: "reward_mean", num: true }, { label: "steps trained into it", key: "consumed_by_this_update", num: true }],
+    { label: "steps generated", key: "steps", num: true },
+    { label: "one-version episodes", render: (r) => epText(r, (e) => fmt(e.episodes)), num: true, title: () => "finished episodes with a final reward whose steps all came from this version" },
+    { label: "mean episode reward", render: (r) => epText(r, (e) => e.reward_mean.toFixed(3)), num: true },
+    { label: "steps trained into it", key: "consumed_by_this_update", num: true }],
   d.versions.slice().reverse()));
   put("con-recent", table([{ label: "lease", render: (r) => short(r.lease_id), title: (r) => r.lease_id },
     { label: "state", render: (r) => badge(r.state, r.state === "acked" ? "ok" : "") }, { label: "steps", key: "n_steps", num: true },
@@ -324,7 +342,8 @@ async function loadConsumption() {
 
 // ---------------------------------------------------------------------------------- routing
 const VIEWS = { collection: loadCollection, representation: loadRepresentation, curation: loadCuration,
-  optimization: loadOptimization, consumption: loadConsumption };
+  merging: loadMerging, consumption: loadConsumption };
+const ALIASES = { optimization: "merging" }; // the view's former name: old links keep working
 
 async function refresh() {
   if (document.hidden) return;
@@ -345,7 +364,9 @@ async function refresh() {
 }
 
 function route() {
-  const v = (location.hash || "#collection").slice(1);
+  const h = (location.hash || "#collection").slice(1);
+  if (ALIASES[h]) { location.replace("#" + ALIASES[h]); return; } // fires hashchange -> route()
+  const v = h;
   state.view = VIEWS[v] ? v : "collection";
   for (const s of document.querySelectorAll(".view")) s.hidden = s.id !== "view-" + state.view;
   for (const a of document.querySelectorAll("#tabs a")) a.classList.toggle("active", a.dataset.view === state.view);
@@ -373,7 +394,7 @@ function init() {
     for (const c of document.querySelectorAll(".sel-step")) c.checked = e.target.checked; });
   $("cur-label").addEventListener("submit", labelSelected);
   $("cur-export").addEventListener("click", exportSelection);
-  $("opt-group").addEventListener("submit", (e) => { e.preventDefault(); state.optGroup = formParams(e.target).group_id || null; state.optLease = null; refresh(); });
+  $("mrg-group").addEventListener("submit", (e) => { e.preventDefault(); state.mrgGroup = formParams(e.target).group_id || null; state.mrgLease = null; refresh(); });
   window.addEventListener("hashchange", route);
   document.addEventListener("visibilitychange", refresh);
   setInterval(refresh, POLL_MS);

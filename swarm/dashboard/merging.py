@@ -1,4 +1,4 @@
-"""The Optimization view's numbers: what prefix merging saves on a batch or a group.
+"""The Prefix merging view's numbers: what prefix merging saves on a batch or a group.
 
 A batch is one lease (the steps a trainer took for one update: the lease index finds them);
 a group is a ``group_id``. Its steps' exact token sequences go through the same
