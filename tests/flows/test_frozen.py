@@ -8,6 +8,7 @@ import mlflow
 import pytest
 import sqlalchemy as sa
 
+from flows.components import tiny_spec
 from flows.config import ConfigError, validate
 from flows.train import train_flow
 from swarm.pool import Pool, StepFilter
@@ -20,6 +21,9 @@ def test_frozen_policy_config_is_checked(flow_config) -> None:
         validate(flow_config("+frozen_policies.default.backend=echo"))
     with pytest.raises(ConfigError, match=r"^frozen_policies.judge.backend: missing"):
         validate(flow_config("+frozen_policies.judge.seed=1"))
+    assert tiny_spec({"tiny_spec": {}}) is None  # the default tiny model, byte for byte (same cache key)
+    with pytest.raises(ConfigError, match=r"model.tiny_spec.hidden_sise is unknown"):
+        tiny_spec({"tiny_spec": {"hidden_sise": 256}})
 
 
 @pytest.mark.usefixtures("prefect_harness")
