@@ -10,14 +10,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from flows.config import ConfigError
+from flows.config import ConfigError, RunConfig
 from swarm.gateway import GatewaySettings
 from swarm.policy import PolicyBackend, build_backend
 from swarm.pool import Pool
 from swarm.train import LoraSpec, TrainConfig
 
-__all__ = ["ConfigError", "model_path", "make_pool", "make_backend", "make_train_config", "lora_spec",
-           "gateway_settings", "trainer_model_path"]
+__all__ = ["ConfigError", "model_path", "make_pool", "make_backend", "make_gateway_backend", "make_train_config",
+           "lora_spec", "gateway_settings", "trainer_model_path", "tiny_spec"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,14 +35,34 @@ def model_path(model: dict[str, Any]) -> str:
         return str(path)
     from swarm.policy.tiny import ensure_tiny_model
 
+    spec = tiny_spec(model)
     warmup = model.get("warmup")
     if warmup in (None, "none"):
-        return str(ensure_tiny_model(seed=int(model.get("seed", 0))))
+        return str(ensure_tiny_model(seed=int(model.get("seed", 0)), spec=spec))
     if warmup != "word_chain":
         raise ConfigError(f"model.warmup={warmup!r} is unknown; use word_chain or none")
     from swarm.policy.warmup import word_chain_warmup
 
-    return str(ensure_tiny_model(seed=int(model.get("seed", 0)), warmup=word_chain_warmup))
+    return str(ensure_tiny_model(seed=int(model.get("seed", 0)), spec=spec, warmup=word_chain_warmup))
+
+
+def tiny_spec(model: dict[str, Any]) -> Any:
+    """The tiny model's architecture: :class:`~swarm.policy.tiny.TinySpec` with ``model.tiny_spec`` overrides
+    (e.g. ``{hidden_size: 256, intermediate_size: 1024}``: a 2x wider model, same tokenizer); None = the default."""
+    from dataclasses import fields
+
+    from swarm.policy.tiny import TinySpec
+
+    overrides = dict(model.get("tiny_spec") or {})
+    if not overrides:
+        return None
+    known = {f.name for f in fields(TinySpec)}
+    bad = sorted(set(overrides) - known)
+    if bad:
+        raise ConfigError(f"model.tiny_spec.{bad[0]} is unknown; TinySpec fields: {sorted(known)}")
+    if "vocab_size" in overrides:
+        raise ConfigError("model.tiny_spec.vocab_size: the tiny tokenizer is shared by every tiny model; keep 1024")
+    return TinySpec(**overrides)
 
 
 def lora_spec(algo: dict[str, Any]) -> LoraSpec | None:
@@ -71,10 +91,27 @@ def make_backend(model: dict[str, Any], policies: list[str], lora: LoraSpec | No
                              device=model.get("device", "cpu"), dtype=model.get("dtype", "float32"),
                              max_batch_size=int(model.get("max_batch_size", 16)),
                              chat_template=model.get("chat_template"), tool_parser=model.get("tool_parser"))
-    kwargs = {k: v for k, v in model.items() if k not in ("backend", "name", "path", "warmup", "seed")}
+    kwargs = {k: v for k, v in model.items() if k not in ("backend", "name", "path", "warmup", "seed", "tiny_spec")}
     if kind == "vllm" and lora is not None:
         kwargs.setdefault("lora", {"r": lora.rank, "alpha": lora.alpha, "target_modules": list(lora.target_modules)})
     return build_backend(kind, policies=list(policies), **kwargs)
+
+
+def make_gateway_backend(cfg: RunConfig) -> PolicyBackend:
+    """What the gateway serves: ``model`` for the trained ``policies``, and with ``frozen_policies`` a
+    :class:`~swarm.policy.router.PolicyRouter` adding one backend per frozen policy (no LoRA, never loaded)."""
+    trained = make_backend(cfg.model, cfg.policies, lora_spec(cfg.algo))
+    if not cfg.frozen_policies:
+        return trained
+    from swarm.policy.router import PolicyRouter
+
+    frozen = []
+    for name, model in cfg.frozen_policies.items():
+        try:
+            frozen.append(make_backend(dict(model), [name], None))
+        except ConfigError as exc:  # it names model.<key>: say which frozen policy's config that is
+            raise ConfigError(f"frozen_policies.{name}: {exc}") from None
+    return PolicyRouter([trained, *frozen], frozen=cfg.frozen_policies)
 
 
 def trainer_model_path(model: dict[str, Any]) -> str:

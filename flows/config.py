@@ -81,12 +81,20 @@ class RunConfig(_Section):
     pool: dict[str, Any]
     runner: dict[str, Any]
     gateway: dict[str, Any] = Field(default_factory=dict)
+    frozen_policies: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> model config, served, never trained
     overrides: list[str] = Field(default_factory=list)  # the command line's overrides (run name, MLflow tags)
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
         if len(set(self.policies)) != len(self.policies):
             raise ValueError("policies: names must be unique")
+        for name, model in self.frozen_policies.items():
+            if name in self.policies:
+                raise ValueError(f"frozen_policies.{name}: {name!r} is also in policies; a policy is either trained "
+                                 "(policies) or frozen (frozen_policies), not both")
+            if not model.get("backend"):
+                raise ValueError(f"frozen_policies.{name}.backend: missing; give a model config, e.g. "
+                                 f"+model@frozen_policies.{name}=upstream or +frozen_policies.{name}.backend=hf")
         grpo = self.algo.get("name") == "grpo" or self.algo.get("group_by") is not None
         if grpo and self.task.group_size < 2:
             raise ValueError(f"task.group_size={self.task.group_size}: GRPO compares the episodes of a group, "

@@ -27,8 +27,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from flows import console, shutdown, tracking
 from flows.components import (
     gateway_settings,
-    lora_spec,
-    make_backend,
+    make_gateway_backend,
     make_pool,
     make_train_config,
     trainer_model_path,
@@ -149,7 +148,7 @@ def train_flow(cfg: RunConfig | dict[str, Any]) -> dict[str, Any]:
     out = Path(cfg.train.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     pool = make_pool(cfg.pool)
-    backend = make_backend(cfg.model, cfg.policies, lora_spec(cfg.algo))
+    backend = make_gateway_backend(cfg)  # the trained policies' backend, routed beside frozen ones
     path = trainer_model_path(cfg.model)
     tc = make_train_config(cfg.algo, cfg.task.temperature,
                            pad_id=int(getattr(getattr(backend, "tokenizer", None), "pad_token_id", 0) or 0))
