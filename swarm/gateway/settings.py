@@ -37,7 +37,8 @@ class GatewaySettings:
     client_token: str | None = field(default=None, repr=False)
     admin_token: str | None = field(default=None, repr=False)
     max_body_bytes: int = 8 * MiB  # OpenAI-compatible and service routes
-    # POST /v1/steps: peak memory is ~12x the body (benchmarks/reliability_bench.py), so 64 MiB ~ 0.8 GB
+    # POST /v1/steps: peak memory grows by ~14-18x the body (tests/gateway/test_memory.py bounds it at 24x,
+    # benchmarks/reliability_bench.py prints it), so a 64 MiB body costs ~1.2 GB at most
     max_whitebox_body_bytes: int = 64 * MiB
     max_tokens_cap: int = 32768  # an absurd max_tokens is refused even if the context allows it
     max_n: int = 16
