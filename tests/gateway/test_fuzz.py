@@ -5,9 +5,9 @@ Runs the installed schemathesis CLI (``st run``, 4.x) in a subprocess against a 
 in this process; a counting ASGI wrapper records the status of every request the server answered.
 Budget: ``-n 200`` examples per operation are asked for, bounded by ``--max-time 75`` s per backend
 (the CLI splits the time between the phases and stops fuzzing when it is spent). On the 2-core CI machine
-that is ~1,500-2,000 requests per backend, about 40-60 per operation rather than 200, and ~1.5 min per
-backend, so the test stays near 3 min in all; raise ``SWARM_FUZZ_MAX_TIME`` for a full 200 per operation
-(~6 min per backend here).
+that is ~1,000-3,300 requests per backend (30-105 per operation, not 200: a full 200 per operation takes
+~6 min per backend here) and ~1.5 min per backend, so the test stays near 3 min in all; raise
+``SWARM_FUZZ_MAX_TIME`` for the full 200.
 """
 
 from __future__ import annotations
