@@ -98,7 +98,7 @@ def fuzz(pool_url: str, max_examples: int, max_time_s: int, work: Path) -> dict[
                                "--max-time", str(max_time_s), "-H", f"Authorization: Bearer {key}",
                                "--generation-database", "none", "--seed", "1", "-w", "2", "--no-color",
                                "--report", "json", "--report-json-path", str(report)],
-                              capture_output=True, text=True, timeout=max_time_s + 300)
+                              capture_output=True, text=True, timeout=max_time_s + 300, cwd=work)
         took = time.monotonic() - t0
     finally:
         server.stop()

@@ -62,7 +62,7 @@ def run_schemathesis(url: str, key: str, report: Path, max_examples: int, max_ti
            "--max-time", str(max_time_s), "-H", f"Authorization: Bearer {key}", "--generation-database", "none",
            "--seed", "1", "-w", "2", "--no-color", "--request-timeout", "30", "--report", "json",
            "--report-json-path", str(report)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max_time_s + 120)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max_time_s + 120, cwd=report.parent)
     result = json.loads(report.read_text()) if report.exists() else {}
     result["_output"] = (proc.stdout + proc.stderr)[-6000:]
     result["_rc"] = proc.returncode
