@@ -156,7 +156,9 @@ def make_train_config(algo: dict[str, Any], temperature: float, pad_id: int) -> 
 
 
 _GATEWAY_KEYS = ("base_url", "max_body_bytes", "max_whitebox_body_bytes", "max_tokens_cap", "max_n",
-                 "default_max_tokens", "default_episode_timeout_s", "sweep_interval_s")
+                 "default_max_tokens", "default_episode_timeout_s", "sweep_interval_s", "timeout_keep_alive_s",
+                 "timeout_request_head_s", "timeout_request_body_s", "limit_concurrency", "max_connections",
+                 "max_request_head_bytes")
 
 
 def gateway_settings(gateway: dict[str, Any]) -> GatewaySettings:

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from flows.components import gateway_settings, make_backend, make_pool
 from swarm.gateway import create_app
+from swarm.gateway.connections import uvicorn_config
 
 __all__ = ["main", "serve", "spawn", "GatewayProcess"]
 
@@ -58,8 +59,8 @@ def serve(cfg: DictConfig) -> None:
     host, port = sock.getsockname()[:2]
     print(f"swarm gateway on http://{host}:{port} (policies {backend.policies()}, pool {pool.url})", flush=True)
     print(f"access: {settings.access_summary()}", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level=gw.get("log_level", "warning"), access_log=False,
-                                           timeout_graceful_shutdown=5))
+    # timeouts, connection cap and rate-limited refusal logs (docs/reliability.md "Connections")
+    server = uvicorn.Server(uvicorn_config(app, settings, log_level=gw.get("log_level", "warning")))
     server.run(sockets=[sock])
 
 

@@ -29,13 +29,22 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class ServerThread:
-    """Runs an ASGI app with uvicorn in a daemon thread; ``stop()`` shuts it down cleanly."""
+    """Runs an ASGI app with uvicorn in a daemon thread; ``stop()`` shuts it down cleanly.
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
+    The server has the gateway's connection limits (:mod:`swarm.gateway.connections`).
+    """
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
+                 settings: Any = None) -> None:
+        """``settings`` (a GatewaySettings) sets the connection limits; default: the gateway app's own."""
+        from swarm.gateway import GatewaySettings
+        from swarm.gateway.connections import uvicorn_config
+
         self.host = host
         self.port = port or free_port(host)
-        config = uvicorn.Config(app, host=host, port=self.port, log_level=log_level, access_log=False,
-                                lifespan="on", timeout_graceful_shutdown=5)
+        gateway = getattr(getattr(app, "state", None), "gateway", None)
+        settings = settings or getattr(gateway, "settings", None) or GatewaySettings()
+        config = uvicorn_config(app, settings, log_level=log_level, host=host, port=self.port, lifespan="on")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name=f"uvicorn-{self.port}", daemon=True)
 
@@ -95,7 +104,7 @@ def start_stack(pool: Pool, backend: PolicyBackend, settings: Any = None, host: 
     settings = settings or GatewaySettings.from_env()
     settings.check_bind(host)
     app = create_app(pool, backend, settings)
-    server = ServerThread(app, host=host, port=port).start()
+    server = ServerThread(app, host=host, port=port, settings=settings).start()
     return Stack(pool, backend, server, extra={"app": app})
 
 

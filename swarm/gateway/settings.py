@@ -37,7 +37,8 @@ class GatewaySettings:
     client_token: str | None = field(default=None, repr=False)
     admin_token: str | None = field(default=None, repr=False)
     max_body_bytes: int = 8 * MiB  # OpenAI-compatible and service routes
-    # POST /v1/steps: peak memory is ~12x the body (benchmarks/reliability_bench.py), so 64 MiB ~ 0.8 GB
+    # POST /v1/steps: peak memory grows by ~14-18x the body (tests/gateway/test_memory.py bounds it at 24x,
+    # benchmarks/reliability_bench.py prints it), so a 64 MiB body costs ~1.2 GB at most
     max_whitebox_body_bytes: int = 64 * MiB
     max_tokens_cap: int = 32768  # an absurd max_tokens is refused even if the context allows it
     max_n: int = 16
@@ -46,17 +47,27 @@ class GatewaySettings:
     max_episode_timeout_s: float = 7 * 24 * 3600.0
     sweep_interval_s: float = 5.0  # how often open episodes past their timeout become abandoned
     tool_call_markers: tuple[str, ...] = ("<tool_call>",)  # streamed text is held back from here on
+    # connections (swarm/gateway/connections.py), sized for hundreds of agents on one gateway
+    timeout_keep_alive_s: float = 20.0  # an idle connection (new, or between requests) is closed after this
+    timeout_request_head_s: float = 10.0  # from a request's first byte to its complete head (slowloris)
+    timeout_request_body_s: float = 120.0  # from the head to the complete body (a body sent at 1 byte/s)
+    limit_concurrency: int = 1024  # open connections or running requests above which a request gets 503
+    max_connections: int = 2048  # connections above which a new one gets 503 and is closed unread
+    max_request_head_bytes: int = 32 * 1024  # request line + headers; larger is a 400
 
     def __post_init__(self) -> None:
         if isinstance(self.secret, str):
             object.__setattr__(self, "secret", self.secret.encode("utf-8"))
         if len(self.secret) < 16:
             raise ValueError("GatewaySettings.secret must be at least 16 bytes; use e.g. `openssl rand -hex 32`")
-        for name in ("max_body_bytes", "max_whitebox_body_bytes", "max_tokens_cap", "max_n"):
+        for name in ("max_body_bytes", "max_whitebox_body_bytes", "max_tokens_cap", "max_n", "limit_concurrency",
+                     "max_connections", "max_request_head_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewaySettings.{name} must be >= 1, got {getattr(self, name)}")
-        if self.default_episode_timeout_s <= 0 or self.sweep_interval_s <= 0:
-            raise ValueError("GatewaySettings timeouts must be > 0")
+        for name in ("default_episode_timeout_s", "sweep_interval_s", "timeout_keep_alive_s", "timeout_request_head_s",
+                     "timeout_request_body_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"GatewaySettings.{name} must be > 0, got {getattr(self, name)}")
         if self.base_url is not None:
             object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
 

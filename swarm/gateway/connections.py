@@ -1,0 +1,224 @@
+"""Connection hygiene for the gateway's uvicorn servers: timeouts, a connection cap, quiet logs.
+
+uvicorn (0.54, h11) times out only idle keep-alive connections *after* a response: a fresh
+connection that sends nothing, a request head sent a byte at a time and a body sent at 1 byte/s
+are held forever, and past the descriptor limit asyncio logs one ``accept()`` traceback per try.
+:func:`uvicorn_config` builds the ``uvicorn.Config`` both serving paths use
+(:class:`swarm.stack.ServerThread` and ``flows/serve.py``) with :class:`GuardedH11Protocol`:
+
+- a new connection must start a request within ``timeout_keep_alive_s`` (as between requests);
+- once a request's first byte arrives, its head must be complete within ``timeout_request_head_s``
+  (a slowloris client is disconnected), and its body within ``timeout_request_body_s``;
+- above ``limit_concurrency`` open connections or running requests, uvicorn answers 503 at once;
+  above ``max_connections`` a new connection gets a 503 and is closed before anything is read
+  (so descriptors stay free for the pool and ``/health``);
+- request heads larger than ``max_request_head_bytes`` are a 400 (h11's incomplete-event limit).
+
+Every refusal and timeout is logged through :class:`RateLimitedLog` (one line per kind per
+interval, with a count); uvicorn's own "Exceeded concurrency limit." / "Invalid HTTP request
+received." warnings and asyncio's ``accept()`` errors go through :class:`RateLimitFilter`.
+It does not rate-limit requests per client (that is a proxy's job) and it serves HTTP/1.1 only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import threading
+import time
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+__all__ = ["GuardedH11Protocol", "RateLimitedLog", "RateLimitFilter", "guarded_protocol", "uvicorn_config",
+           "install_log_filters", "raise_fd_limit"]
+
+log = logging.getLogger("swarm.gateway.connections")
+
+_REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
+            b"content-length: 98\r\n\r\n"
+            b'{"error": {"message": "too many connections", "type": "server_busy", "param": null, "code": null}}')
+assert len(_REFUSED.split(b"\r\n\r\n", 1)[1]) == 98
+
+
+class RateLimitedLog:
+    """Counts events by kind and logs at most one line per kind every ``interval_s`` seconds."""
+
+    def __init__(self, logger: logging.Logger = log, interval_s: float = 60.0) -> None:
+        self.logger, self.interval_s = logger, interval_s
+        self.counts: dict[str, int] = {}  # kind -> events since the process started
+        self._pending: dict[str, int] = {}
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def note(self, kind: str, message: str) -> None:
+        """Record one ``kind`` event; log ``message`` (with the count since the last line) if due."""
+        now = time.monotonic()
+        with self._lock:
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+            self._pending[kind] = self._pending.get(kind, 0) + 1
+            if now - self._last.get(kind, -1e18) < self.interval_s:
+                return
+            n, self._pending[kind], self._last[kind] = self._pending[kind], 0, now
+        self.logger.warning("%s (%d time(s) since the last such line; at most one line per %.0f s)",
+                            message, n, self.interval_s)
+
+
+class RateLimitFilter(logging.Filter):
+    """Lets a record whose message starts with one of ``prefixes`` through at most once per interval."""
+
+    def __init__(self, prefixes: tuple[str, ...], interval_s: float = 60.0) -> None:
+        super().__init__()
+        self.prefixes, self.interval_s = prefixes, interval_s
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = str(record.msg)
+        prefix = next((p for p in self.prefixes if msg.startswith(p)), None)
+        if prefix is None:
+            return True
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(prefix, -1e18) < self.interval_s:
+                self._suppressed[prefix] = self._suppressed.get(prefix, 0) + 1
+                return False
+            self._last[prefix] = now
+            n = self._suppressed.pop(prefix, 0)
+        if n:
+            record.msg = f"{msg} ({n} similar line(s) suppressed in the last {self.interval_s:.0f} s)"
+        if prefix.startswith("socket.accept()"):
+            record.exc_info = None  # the traceback says nothing the message does not
+        return True
+
+
+_FILTERED = {"uvicorn.error": ("Exceeded concurrency limit.", "Invalid HTTP request received."),
+             "asyncio": ("socket.accept() out of system resource",)}
+
+
+def install_log_filters(interval_s: float = 60.0) -> None:
+    """Rate-limit uvicorn's refusal warnings and asyncio's accept() errors (idempotent, process-wide)."""
+    for name, prefixes in _FILTERED.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RateLimitFilter) for f in logger.filters):
+            logger.addFilter(RateLimitFilter(prefixes, interval_s))
+
+
+def raise_fd_limit(wanted: int) -> int:
+    """Raise this process's soft descriptor limit towards ``wanted`` (within the hard limit); returns it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol plus request head / body deadlines and a hard connection cap.
+
+    The limits come from class attributes set by :func:`guarded_protocol`.
+    """
+
+    timeout_request_head_s: float = 10.0
+    timeout_request_body_s: float = 120.0
+    max_connections: int = 2048
+    events: RateLimitedLog = RateLimitedLog()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._body_cycle: Any = None
+        if len(self.connections) >= self.max_connections:
+            # answer before reading anything, and never join the server's connections
+            self.transport = transport
+            self._refused = True
+            transport.write(_REFUSED)
+            transport.close()
+            self.events.note("refused", f"gateway: refused a connection, {self.max_connections} already open "
+                                        "(GatewaySettings.max_connections)")
+            return
+        self._refused = False
+        super().connection_made(transport)
+        # uvicorn arms its idle timer only after a response: a connection that never speaks would stay
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timers()
+        if getattr(self, "_refused", False):
+            return
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if self._head_timer is None and (self.cycle is None or self.cycle.response_complete):
+            # the first byte of a new request: its head must follow within the deadline
+            self._head_timer = self.loop.call_later(self.timeout_request_head_s, self._head_timeout)
+        super().data_received(data)
+        self._track_cycle()
+
+    def on_response_complete(self) -> None:
+        self._cancel_timers()
+        super().on_response_complete()
+
+    def _track_cycle(self) -> None:
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            return
+        if self._head_timer is not None:  # the head is complete: a request is running
+            self._head_timer.cancel()
+            self._head_timer = None
+        if cycle.more_body and self._body_cycle is not cycle:
+            self._body_cycle = cycle
+            self._body_timer = self.loop.call_later(self.timeout_request_body_s, self._body_timeout)
+        elif not cycle.more_body and self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _cancel_timers(self) -> None:
+        for name in ("_head_timer", "_body_timer"):
+            timer = getattr(self, name, None)
+            if timer is not None:
+                timer.cancel()
+                setattr(self, name, None)
+
+    def _head_timeout(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            self.events.note("slow_head", "gateway: closed a connection whose request head was not complete within "
+                                          f"{self.timeout_request_head_s:g} s (timeout_request_head_s)")
+            self.transport.close()
+
+    def _body_timeout(self) -> None:
+        self._body_timer = None
+        if self.cycle is self._body_cycle and self.cycle.more_body and not self.transport.is_closing():
+            self.events.note("slow_body", "gateway: closed a connection whose request body was not complete within "
+                                          f"{self.timeout_request_body_s:g} s (timeout_request_body_s)")
+            self.transport.close()
+
+
+def guarded_protocol(settings: Any, events: RateLimitedLog | None = None) -> type[GuardedH11Protocol]:
+    """A :class:`GuardedH11Protocol` subclass carrying ``settings``' limits (a GatewaySettings)."""
+    return type("GatewayH11Protocol", (GuardedH11Protocol,), {
+        "timeout_request_head_s": float(settings.timeout_request_head_s),
+        "timeout_request_body_s": float(settings.timeout_request_body_s),
+        "max_connections": int(settings.max_connections),
+        "events": events or RateLimitedLog(),
+    })
+
+
+def uvicorn_config(app: Any, settings: Any, log_level: str = "warning", **kw: Any) -> uvicorn.Config:
+    """The ``uvicorn.Config`` for a gateway app under ``settings`` (a GatewaySettings); ``kw`` passes on."""
+    install_log_filters()
+    raise_fd_limit(int(settings.max_connections) + 256)  # the pool, model files and logs need descriptors too
+    return uvicorn.Config(app, log_level=log_level, access_log=False, timeout_graceful_shutdown=5,
+                          http=guarded_protocol(settings), timeout_keep_alive=settings.timeout_keep_alive_s,
+                          limit_concurrency=settings.limit_concurrency,
+                          h11_max_incomplete_event_size=settings.max_request_head_bytes, **kw)

@@ -1,0 +1,92 @@
+"""Slow: schemathesis (examples, coverage, fuzzing and stateful phases) against a real gateway on SQLite and
+PostgreSQL: no 5xx, and every documented response conforms to /openapi.json.
+
+Runs the installed schemathesis CLI (``st run``, 4.x) in a subprocess against a gateway served on loopback
+in this process; a counting ASGI wrapper records the status of every request the server answered.
+Budget: ``-n 200`` examples per operation are asked for, bounded by ``--max-time 75`` s per backend
+(the CLI splits the time between the phases and stops fuzzing when it is spent). On the 2-core CI machine
+that is ~1,000-3,300 requests per backend (30-105 per operation, not 200: a full 200 per operation takes
+~6 min per backend here) and ~1.5 min per backend, so the test stays near 3 min in all; raise
+``SWARM_FUZZ_MAX_TIME`` for the full 200.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from swarm.gateway import GatewaySettings, create_app
+from swarm.policy.echo import EchoBackend
+from swarm.pool import Pool
+from swarm.stack import ServerThread
+
+pytestmark = pytest.mark.slow
+
+MAX_EXAMPLES = 200
+MAX_TIME_S = int(os.environ.get("SWARM_FUZZ_MAX_TIME", "75"))
+
+
+class StatusCounter:
+    """ASGI wrapper counting the response status of every HTTP request."""
+
+    def __init__(self, app: Any) -> None:
+        self.app, self.statuses = app, Counter()
+        self.state = app.state  # ServerThread reads the gateway settings from here
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def counted(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                self.statuses[message["status"]] += 1
+            await send(message)
+
+        await self.app(scope, receive, counted)
+
+
+def run_schemathesis(url: str, key: str, report: Path, max_examples: int, max_time_s: int) -> dict[str, Any]:
+    """``st run`` over ``url``/openapi.json with every phase; returns the JSON report (plus the CLI's output)."""
+    st = shutil.which("st") or str(Path(sys.executable).parent / "st")
+    cmd = [st, "run", f"{url}/openapi.json", "--phases", "examples,coverage,fuzzing,stateful",
+           "--checks", "not_a_server_error,response_schema_conformance", "-n", str(max_examples),
+           "--max-time", str(max_time_s), "-H", f"Authorization: Bearer {key}", "--generation-database", "none",
+           "--seed", "1", "-w", "2", "--no-color", "--request-timeout", "30", "--report", "json",
+           "--report-json-path", str(report)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max_time_s + 120, cwd=report.parent)
+    result = json.loads(report.read_text()) if report.exists() else {}
+    result["_output"] = (proc.stdout + proc.stderr)[-6000:]
+    result["_rc"] = proc.returncode
+    return result
+
+
+def test_schemathesis_finds_no_5xx(pool_url: str, tmp_path: Path) -> None:
+    pool = Pool(pool_url)
+    app = StatusCounter(create_app(pool, EchoBackend(max_context=4096), GatewaySettings()))
+    server = ServerThread(app).start()
+    try:
+        key = httpx.post(server.url + "/v1/episodes", json={"task": "fuzz"}, timeout=30).json()["api_key"]
+        result = run_schemathesis(server.url, key, tmp_path / "report.json", MAX_EXAMPLES, MAX_TIME_S)
+    finally:
+        server.stop()
+        pool.close()
+    out = result["_output"]
+    assert result["_rc"] == 0 and result.get("failures") == [] and result.get("errors") == [], out
+    phases = result["phases"]
+    assert {p: phases[p]["status"] for p in ("coverage", "fuzzing", "stateful")} == {
+        "coverage": "success", "fuzzing": "success", "stateful": "success"}, out
+    assert result["operations"]["tested"] >= 25 and result["test_cases"]["with_failures"] == 0
+    served = sum(app.statuses.values())
+    print(f"schemathesis: {result['test_cases']['generated']} cases, {served} requests served, "
+          f"statuses {dict(sorted(app.statuses.items()))}")
+    assert served >= 500, (app.statuses, out)
+    assert sum(n for s, n in app.statuses.items() if s >= 500) == 0, app.statuses
