@@ -26,6 +26,7 @@ def test_frozen_policy_config_is_checked(flow_config) -> None:
         tiny_spec({"tiny_spec": {"hidden_sise": 256}})
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("prefect_harness")
 def test_werewolves_against_a_frozen_wider_policy(flow_config) -> None:
     """Two updates of the village; the wolves' policy is served (steps recorded) but never leased or trained."""
