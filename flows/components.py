@@ -90,6 +90,7 @@ def make_backend(model: dict[str, Any], policies: list[str], lora: LoraSpec | No
         return build_backend("hf", model_path=model_path(model), policies=list(policies), lora=peft,
                              device=model.get("device", "cpu"), dtype=model.get("dtype", "float32"),
                              max_batch_size=int(model.get("max_batch_size", 16)),
+                             torch_threads=model.get("torch_threads"),
                              chat_template=model.get("chat_template"), tool_parser=model.get("tool_parser"))
     kwargs = {k: v for k, v in model.items() if k not in ("backend", "name", "path", "warmup", "seed", "tiny_spec")}
     if kind == "vllm" and lora is not None:
