@@ -51,8 +51,9 @@ def wait_for_batch(pool: Pool, flt: StepFilter, strategy: Strategy | str, *, min
                    should_stop: Callable[[], bool] = lambda: False) -> Decision:
     """Poll the pool until the strategy fires (or ``timeout_s`` passes: TimeoutError)."""
     deadline = time.monotonic() + timeout_s
+    agreeing = Strategy(strategy) in (Strategy.any_agree, Strategy.all_agree)  # only C4 / C5 read clients
     while True:
-        active, agreed = clients() if clients else (frozenset(), frozenset())
+        active, agreed = clients() if clients and agreeing else (frozenset(), frozenset())
         d = decide(strategy, snapshot(pool, flt, active, agreed), min_episodes=min_episodes, min_groups=min_groups,
                    group_size=group_size)
         if on_poll:
