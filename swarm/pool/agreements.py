@@ -34,19 +34,22 @@ __all__ = ["AgreementsMixin", "ACTIVE_WINDOW_S"]
 ACTIVE_WINDOW_S = 60.0  # a client that neither opened an episode nor agreed for this long is inactive
 
 _OPEN_AGREEMENTS = sa.select(A.c.client_id).where(A.c.taken_at.is_(None)).distinct()
+_OPEN_OF = sa.select(A.c.agreement_id).where(A.c.taken_at.is_(None), A.c.client_id == sa.bindparam("client_id")).limit(1)
 
 
 class AgreementsMixin:
     """``agree``, ``sync_clients``, ``take_agreements`` and ``agreement_log`` for :class:`swarm.pool.store.Pool`."""
 
     def agree(self: Pool, client_id: str, at: float | None = None) -> None:
-        """Record that ``client_id`` asks for an update now (it counts until an update takes it)."""
+        """Record that ``client_id`` asks for an update (it counts until an update takes it; asking again before
+        that is the same request, so a client has at most one open agreement and the table grows per update)."""
         if not isinstance(client_id, str) or not 0 < len(client_id) <= ID_LEN:
             raise ValidationError(f"client_id must be a string of 1..{ID_LEN} characters", client_id=client_id)
         row = {"agreement_id": uuid.uuid4().hex, "client_id": client_id, "created_at": now() if at is None else at,
                "taken_at": None}
         with self._tx(write=True) as c:
-            c.execute(A.insert(), [row])
+            if c.execute(_OPEN_OF, {"client_id": client_id}).first() is None:
+                c.execute(A.insert(), [row])
 
     def sync_clients(self: Pool, active_window_s: float = ACTIVE_WINDOW_S) -> tuple[frozenset[str], frozenset[str]]:
         """(active clients, clients with an agreement not yet taken), across every gateway of this pool."""

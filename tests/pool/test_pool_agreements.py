@@ -23,7 +23,9 @@ def test_agreements_are_shared_and_taken_once(pool: Pool, pool_url: str) -> None
         assert pool.take_agreements() == {"w1"}
         assert other.take_agreements() == frozenset()  # nothing is taken twice
         log = other.agreement_log()
-        assert sorted(a["client_id"] for a in log) == ["w1", "w1", "w2"] and all(a["taken_at"] for a in log)
+        assert sorted(a["client_id"] for a in log) == ["w1", "w2"] and all(a["taken_at"] for a in log)
+        pool.agree("w1")  # a new request after the take is a new agreement
+        assert [a["client_id"] for a in pool.agreement_log()].count("w1") == 2
     finally:
         other.close()
 
