@@ -5,7 +5,8 @@ C2 ``groups``        enough complete groups (every episode of the group ended, a
                      ``group_size`` finished) — the default;
 C3 ``groups_var``    like C2, counting only groups whose rewards are not all equal; the
                      zero-variance groups are excluded from the batch (GRPO learns nothing there);
-C4 ``any_agree``     any active client asked for an update (``POST /v1/sync/agree``);
+C4 ``any_agree``     any active client asked for an update (``POST /v1/sync/agree`` on any gateway;
+                     the agreements are kept in the pool, :mod:`swarm.pool.agreements`);
 C5 ``all_agree``     every active client asked.
 
 The snapshot is built from the pool by the caller (the flow); staleness and eval exclusion are

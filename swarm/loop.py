@@ -30,9 +30,13 @@ def trainable_filter(policy: str, version: int, max_staleness: int | None, **kw:
 
 def snapshot(pool: Pool, flt: StepFilter, active_clients: frozenset[str] = frozenset(),
              agreed_clients: frozenset[str] = frozenset()) -> Snapshot:
-    """What the strategies look at: per group, finished episodes' rewards and still-open episodes."""
+    """What the strategies look at: per group, finished episodes' rewards and still-open episodes.
+
+    Steps held by a live lease (this trainer's own updates not yet settled at a checkpoint, or
+    another trainer's) are not ready: counting them would fire an update that leases fewer groups.
+    """
     rewards: dict[str, dict[str, float]] = defaultdict(dict)
-    for s in pool.query_steps(flt, limit=_SCAN):
+    for s in pool.query_steps(flt.model_copy(update={"leased": False}), limit=_SCAN):
         if s.reward is not None:
             rewards[s.group_id or s.episode_id][s.episode_id] = s.reward
     open_eps = pool.query_episodes(StepFilter(episode_status=EpisodeStatus.open, episode_type=EpisodeType.train),
@@ -52,8 +56,9 @@ def wait_for_batch(pool: Pool, flt: StepFilter, strategy: Strategy | str, *, min
                    should_stop: Callable[[], bool] = lambda: False) -> Decision:
     """Poll the pool until the strategy fires (or ``timeout_s`` passes: TimeoutError)."""
     deadline = time.monotonic() + timeout_s
+    agreeing = Strategy(strategy) in (Strategy.any_agree, Strategy.all_agree)  # only C4 / C5 read clients
     while True:
-        active, agreed = clients() if clients else (frozenset(), frozenset())
+        active, agreed = clients() if clients and agreeing else (frozenset(), frozenset())
         d = decide(strategy, snapshot(pool, flt, active, agreed), min_episodes=min_episodes, min_groups=min_groups,
                    group_size=group_size)
         if on_poll:

@@ -83,11 +83,12 @@ class Stack:
         self.server.stop()
 
     def sync_clients(self) -> tuple[frozenset[str], frozenset[str]]:
-        """(active, agreed) clients of this stack's gateway, for the C4 / C5 strategies."""
-        return self.extra["app"].state.gateway.sync.snapshot()
+        """(active, agreed) clients of the pool (every gateway on it), for the C4 / C5 strategies."""
+        return self.pool.sync_clients()
 
     def take_agreements(self) -> frozenset[str]:
-        return self.extra["app"].state.gateway.sync.take()
+        """Consume the open agreements (an update fired on them); returns whose they were."""
+        return self.pool.take_agreements()
 
     def __enter__(self) -> Stack:
         return self

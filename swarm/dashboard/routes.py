@@ -117,7 +117,7 @@ async def collection(request: Request, state: GatewayState = Depends(State)) -> 
     rates = await state.db(dash.rates.series, window, 60, end)
     clients = await state.db(queries.open_by_client, state.pool)
     recent = await state.db(queries.recent_episodes, state.pool, 12)
-    active, agreed = state.sync.snapshot()
+    active, agreed = await state.db(state.pool.sync_clients)
     known = {c["client_id"] for c in clients}
     for c in clients:
         c["idle_s"] = round(now - c.pop("last_seen"), 1)

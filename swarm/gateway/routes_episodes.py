@@ -44,7 +44,6 @@ async def create_episode(body: EpisodeCreate, request: Request, caller: Caller =
     ep = Episode(task=body.task, group_id=body.group_id, client_id=body.client_id, type=body.type,
                  timeout_s=timeout, metadata=body.metadata)
     ep = await state.write(state.pool.add_episode, ep)
-    state.sync.seen(ep.client_id)
     return {
         "episode_id": ep.episode_id,
         "base_url": state.base_url(request),

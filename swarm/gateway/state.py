@@ -39,9 +39,6 @@ class GatewayState:
         self.backend = backend
         self.settings = settings
         self.signer = KeySigner(settings.secret)
-        from swarm.gateway.sync import SyncBoard
-
-        self.sync = SyncBoard()
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         # SQLite has one writer at a time and its busy handler sleeps with backoff (up to 100 ms)
         # while it waits: queueing our own writers here instead keeps p99 and throughput sane.

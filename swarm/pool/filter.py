@@ -47,6 +47,8 @@ class StepFilter(BaseModel):
     include_excluded: bool = False
     # None: any; False: not yet consumed by an ack; True: consumed
     consumed: bool | None = None
+    # None: any; False: not held by a live (unexpired) lease; True: held by one
+    leased: bool | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> StepFilter:

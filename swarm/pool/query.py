@@ -21,7 +21,7 @@ from swarm.pool.filter import StepFilter
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import labels as L
 from swarm.pool.schema import steps as S
-from swarm.records import RewardStatus
+from swarm.records import RewardStatus, now
 
 __all__ = [
     "JOIN",
@@ -136,6 +136,9 @@ def step_conditions(f: StepFilter, dialect: str, groups: bool = True) -> list[sa
         c.append(sa.not_(_has_label(L.c.exclude.is_(True))))
     if f.consumed is not None:
         c.append(S.c.consumed_version.is_not(None) if f.consumed else S.c.consumed_version.is_(None))
+    if f.leased is not None:
+        free = sa.or_(S.c.lease_id.is_(None), S.c.lease_expires_at <= now())
+        c.append(sa.not_(free) if f.leased else free)
     if groups and has_group_conditions(f):
         c.append(_group_condition(f, dialect))
     return c
@@ -173,14 +176,14 @@ def _group_condition(f: StepFilter, dialect: str) -> sa.ColumnElement:
     return sa.or_(cond, S.c.group_id.is_(None)) if singletons_pass(f) else cond
 
 
-_STEP_ONLY = ("policy", "source", "max_staleness", "min_length", "max_length", "consumed", "label")
+_STEP_ONLY = ("policy", "source", "max_staleness", "min_length", "max_length", "consumed", "leased", "label")
 
 
 def episode_conditions(f: StepFilter, dialect: str) -> list[sa.ColumnElement]:
     """WHERE conditions on ``episodes`` for ``f``.
 
     Episode fields (task, group, type, status, time range, metadata, labels on the episode)
-    apply to the episode itself; step fields (policy, source, lengths, staleness, consumed,
+    apply to the episode itself; step fields (policy, source, lengths, staleness, consumed, leased,
     step labels, group conditions) keep episodes with at least one matching step.
     """
     c: list[sa.ColumnElement] = []

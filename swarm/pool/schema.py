@@ -5,7 +5,8 @@ content-addressed block keys plus an inline tail (see :mod:`swarm.pool.blocks`);
 the record (messages, text, tool calls, timings) is one JSON column. Lease state lives on the
 step row (``lease_id``, ``lease_expires_at``, ``consumed_version``) so a claim is one UPDATE.
 
-No migrations: tables are created when missing.
+No migrations: tables are created when missing, so a pool written by an older version gains a
+new table (``agreements``) the first time a newer one opens it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
 __all__ = ["metadata", "episodes", "steps", "blocks", "events", "labels", "leases", "policy_versions",
-           "ID_LEN", "NAME_LEN", "INT32_MAX"]
+           "agreements", "ID_LEN", "NAME_LEN", "INT32_MAX"]
 
 ID_LEN = 128  # ids (episode, step, group, client, lease, event, label)
 NAME_LEN = 256  # task, policy and label names
@@ -158,4 +159,22 @@ policy_versions = sa.Table(
     sa.Column("adapter_path", sa.Text),
     sa.Column("created_at", sa.Double, nullable=False),
     sa.Column("meta", JSON, nullable=False),
+)
+
+# C4 / C5: a client's request for an update (POST /v1/sync/agree on any gateway of this pool);
+# ``taken_at`` is set when an update fires on it (see swarm.pool.agreements)
+agreements = sa.Table(
+    "agreements",
+    metadata,
+    sa.Column("agreement_id", ID, primary_key=True),
+    sa.Column("client_id", ID, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("taken_at", sa.Double),
+    sa.Index("ix_agreements_created", "created_at"),
+    sa.Index(
+        "ix_agreements_open",
+        "client_id",
+        sqlite_where=sa.text("taken_at IS NULL"),
+        postgresql_where=sa.text("taken_at IS NULL"),
+    ),
 )

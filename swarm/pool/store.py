@@ -5,7 +5,8 @@ events, labels, policy versions) and reads it back for curation. Every call is o
 transaction: it either happens completely or raises a :mod:`swarm.errors` exception and
 leaves nothing behind. A Pool is thread-safe and any number of processes may open the same
 database. Rewards, events, labels, versions and stats live in :mod:`swarm.pool.annotate`,
-leases in :mod:`swarm.pool.lease`, exports in :mod:`swarm.pool.export`.
+leases in :mod:`swarm.pool.lease`, exports in :mod:`swarm.pool.export`, client agreements (C4 / C5)
+in :mod:`swarm.pool.agreements`.
 
 Errors raised here:
     ValidationError  a record or argument is malformed (the message names the field)
@@ -26,6 +27,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from swarm.errors import ConflictError, NotFoundError, SwarmError, ValidationError
+from swarm.pool.agreements import AgreementsMixin
 from swarm.pool.annotate import AnnotateMixin
 from swarm.pool.blocks import cut, pack_floats, split_hashes, unpack_ids
 from swarm.pool.checks import check_page, check_reward, chunks, coerce, coerce_enum
@@ -62,7 +64,7 @@ _ORDERS = {
 }
 
 
-class Pool(AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, HeadsMixin):
+class Pool(AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, HeadsMixin, AgreementsMixin):
     """The data pool on SQLite (``sqlite:///file.db``) or PostgreSQL (``postgresql+psycopg://``).
 
     ``block_size`` is the token block length of the content-addressed store; steps written

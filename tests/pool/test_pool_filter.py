@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import sqlalchemy as sa
 from pool_helpers import episode, group, step
@@ -165,3 +167,17 @@ def test_simple_filters_use_indexes(sqlite_url: str):
             assert index in plan, plan
     finally:
         pool.close()
+
+
+def test_leased_selects_steps_under_a_live_lease(pool: Pool):
+    """``leased=False`` is what a lease could take now: a live lease hides its steps, an expired one does not."""
+    g1, g2 = group(pool, "g1", [0.0, 1.0]), group(pool, "g2", [0.0, 1.0])
+    held = pool.lease(StepFilter(group_id="g1"), max_groups=1, ttl_s=600)
+    assert {s.step_id for s in held.steps} == {s.step_id for s in g1}
+    assert ids(pool, leased=True) == {s.step_id for s in g1}
+    assert ids(pool, leased=False) == {s.step_id for s in g2}
+    assert ids(pool, leased=False, consumed=False) == {s.step_id for s in g2}
+    gone = pool.lease(StepFilter(group_id="g2"), max_groups=1, ttl_s=1e-3)
+    assert gone.steps
+    time.sleep(0.01)
+    assert ids(pool, leased=False) == {s.step_id for s in g2}  # expired: available again
