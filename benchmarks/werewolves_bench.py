@@ -73,7 +73,8 @@ def worker_cfg(url: str, task: dict[str, Any], seed: int, workers: int, **kw: An
 
 def game_stats(pool: Any, episode_type: str, since: float, group_ids: set[str] | None = None
                ) -> dict[str, dict[str, float]]:
-    """group id -> {win, format_errors, calls} of the trainable seats, for finished episodes since ``since``."""
+    """group id -> {win, format_errors, calls, votes, vote_hits} of the trainable seats, for finished
+    episodes since ``since`` (``vote_hits``: votes that named a player of the other side)."""
     from swarm.pool import StepFilter
     from swarm.records import EpisodeStatus, EpisodeType
 
@@ -85,9 +86,10 @@ def game_stats(pool: Any, episode_type: str, since: float, group_ids: set[str] |
             continue
         m = (ep.metadata or {}).get("metrics") or {}
         g = out.setdefault(ep.episode_id if group_ids is None else ep.group_id,
-                           {"win": float(m.get("win", 0.0)), "format_errors": 0.0, "calls": 0.0})
-        g["format_errors"] += float(m.get("format_errors", 0.0))
-        g["calls"] += float(m.get("calls", 0.0))
+                           {"win": float(m.get("win", 0.0)), "format_errors": 0.0, "calls": 0.0, "votes": 0.0,
+                            "vote_hits": 0.0})
+        for k in ("format_errors", "calls", "votes", "vote_hits"):
+            g[k] += float(m.get(k, 0.0))
     return out
 
 
@@ -105,7 +107,10 @@ def evaluate(url: str, pool: Any, task: dict[str, Any], games: int, workers: int
     if len(per) != games:
         raise RuntimeError(f"expected {games} eval games, found {len(per)}")
     calls = sum(g["calls"] for g in per.values())
+    votes = sum(g["votes"] for g in per.values())
     return {"wins": {gid: per[gid]["win"] for gid in sorted(per)},
+            "hits": {gid: per[gid]["vote_hits"] / per[gid]["votes"] if per[gid]["votes"] else 0.0 for gid in sorted(per)},
+            "vote_accuracy": sum(g["vote_hits"] for g in per.values()) / votes if votes else 0.0,
             "win_rate": statistics.fmean(g["win"] for g in per.values()),
             "format_error_rate": sum(g["format_errors"] for g in per.values()) / calls if calls else 0.0,
             "calls_per_game": calls / games}
@@ -174,8 +179,14 @@ def plot(path: Path, curve: list[dict[str, float]], evals: list[tuple[float, flo
 def run(minutes: float, updates: int | None, eval_games: int, workers: int, overrides: list[str],
         png: Path | None = None, json_path: Path | None = None, log: Any = print) -> dict[str, Any]:
     """The whole benchmark; returns every number (see the module docstring)."""
-    from flows.components import gateway_settings, lora_spec, make_backend, make_pool, make_train_config, \
-        trainer_model_path
+    from flows.components import (
+        gateway_settings,
+        lora_spec,
+        make_backend,
+        make_pool,
+        make_train_config,
+        trainer_model_path,
+    )
     from swarm import loop
     from swarm.client import run_worker
     from swarm.stack import start_stack
@@ -250,12 +261,16 @@ def run(minutes: float, updates: int | None, eval_games: int, workers: int, over
         stack.stop()
         pool.close()
     gain, lo, hi = paired_gain_ci(before["wins"], after["wins"])
+    vgain, vlo, vhi = paired_gain_ci(before["hits"], after["hits"])
+    log(f"votes for a wolf (trained seats, eval games): {100 * before['vote_accuracy']:.1f}% -> "
+        f"{100 * after['vote_accuracy']:.1f}% (95% CI of the per-game gain {vlo:.1f}..{vhi:.1f} points)")
     result = {"before": before["win_rate"], "after": after["win_rate"], "games": eval_games, "gain": gain,
               "ci": [lo, hi], "minutes": (time.time() - t_start) / 60,
               "cpu_minutes": (time.process_time() - cpu_start) / 60, "train_minutes": train_min,
               "updates": trainer.version,
               "format_error_rate": (before["format_error_rate"] + after["format_error_rate"]) / 2,
-              "baselines": base, "curve": curve, "overrides": overrides, "seed": cfg["seed"],
+              "vote_accuracy": [before["vote_accuracy"], after["vote_accuracy"]], "vote_gain": vgain,
+              "vote_ci": [vlo, vhi], "baselines": base, "curve": curve, "overrides": overrides, "seed": cfg["seed"],
               "load_avg": os.getloadavg()}
     if png is not None:
         plot(png, curve, evals, base)

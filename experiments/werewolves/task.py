@@ -142,6 +142,7 @@ def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: An
         ep.end(reward=parts.pop("reward"), step_rewards=steps or None, **parts, rounds=float(result.rounds),
                calls=float(player.calls), llm_errors=float(player.llm_errors), timeout=float(result.timeout),
                format_error_rate=result.format_errors[i] / player.calls if player.calls else 0.0,
+               votes=float(votes.get(i, (0, 0))[0]), vote_hits=float(votes.get(i, (0, 0))[1]),
                **{f"win_{roles[i]}": parts["win"]})
     trainable = [i for i in episodes if side_of(roles[i]) == opts.trainable_side]
     out = side_reward(result, roles, opts.trainable_side, trainable, opts.vote_shaping)
