@@ -228,6 +228,7 @@ def train_flow(cfg: RunConfig | dict[str, Any]) -> dict[str, Any]:
             tracking.mlflow.log_dict({"per_update": merge_rows}, "merge_stats.json")
             summary = console.summary_values(history, time.time() - t_start)
             tracking.log_summary(summary)
+            tracking.log_metrics(loop.eval_summary(pool, t_start), step=max(t.version for t in trainers.values()))
             if reason:
                 tracking.mlflow.set_tag("swarm.failure", reason)
             tracking.mlflow.end_run(status)

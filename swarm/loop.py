@@ -17,7 +17,7 @@ from swarm.batching import Decision, GroupState, Snapshot, Strategy, decide
 from swarm.pool import Lease, Pool, StepFilter
 from swarm.records import EpisodeStatus, EpisodeType, Step
 
-__all__ = ["trainable_filter", "snapshot", "wait_for_batch", "lease_batch", "batch_metrics", "episode_metrics"]
+__all__ = ["trainable_filter", "snapshot", "wait_for_batch", "lease_batch", "batch_metrics", "episode_metrics", "eval_summary"]
 
 _SCAN = 100_000  # upper bound on steps read for one snapshot (unconsumed, fresh steps only)
 
@@ -127,3 +127,26 @@ def episode_metrics(pool: Pool, since: float, lookback_s: float = 3600.0) -> dic
         for k, vs in bucket.items():
             out[f"{prefix}/{k}"] = float(len(vs)) if k == "n" else statistics.fmean(vs)
     return out
+
+
+def eval_summary(pool: Pool, since: float, games: int = 64) -> dict[str, float]:
+    """The run's held-out eval games: mean win (tasks that report ``win``) or reward over the first and
+    the last ``games`` games that ended since ``since`` (a game: the episodes sharing ``metadata.game``,
+    else one episode): ``summary/eval_<win|reward>_first`` / ``_last``, ``summary/eval_games``; {} without any."""
+    eps = pool.query_episodes(StepFilter(episode_type=EpisodeType.eval, episode_status=EpisodeStatus.finished,
+                                         since=since), limit=_SCAN)
+    key = "win" if any("win" in (e.metadata.get("metrics") or {}) for e in eps) else "reward"
+    by_game: dict[str, list[Any]] = defaultdict(list)
+    for e in eps:
+        by_game[str(e.metadata.get("game") or e.episode_id)].append(e)
+    rows = []
+    for seats in by_game.values():
+        vals = [float((e.metadata.get("metrics") or {}).get(key, e.reward if e.reward is not None else 0.0))
+                for e in seats]
+        rows.append((max(e.ended_at or 0.0 for e in seats), statistics.fmean(vals)))
+    if not rows:
+        return {}
+    rows.sort()
+    return {f"summary/eval_{key}_first": statistics.fmean(v for _, v in rows[:games]),
+            f"summary/eval_{key}_last": statistics.fmean(v for _, v in rows[-games:]),
+            "summary/eval_games": float(len(rows))}

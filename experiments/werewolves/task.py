@@ -97,6 +97,7 @@ def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: An
     temperature = cfg.temperature if opts.temperature is None else opts.temperature
     episodes: dict[int, Any] = {}
     agents: list[Any] = []
+    game_id = secrets.token_hex(8)  # the seats of one game (several games of a group share the group id)
     try:
         for i, role in enumerate(roles):
             policy, ep_type = opts.seat_policy(role, cfg.model)
@@ -106,7 +107,7 @@ def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: An
             ep_type = kind if ep_type == "train" else ep_type
             ep = client.begin(task="werewolves", group_id=group_id, type=ep_type, client_id=cfg.client_id,
                               timeout_s=cfg.episode_timeout_s,
-                              metadata={"role": role, "player": i, "seed": seed, "policy": policy})
+                              metadata={"role": role, "player": i, "seed": seed, "policy": policy, "game": game_id})
             episodes[i] = ep
             chat = openai_chat(ep.openai(max_retries=0), policy, temperature, max_tokens)
             agents.append(LLMPlayer(i, role, wolves, seed, chat, observation=opts.observation,

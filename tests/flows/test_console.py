@@ -47,6 +47,9 @@ def test_episode_metrics_are_what_the_task_reported(tmp_path: Path) -> None:
         assert m["episodes/win_seer"] == 1.0  # only the episodes that reported it
         assert m["eval/n"] == 1 and m["eval/win"] == 1.0 and m["eval/reward"] == 1.0
         assert loop.episode_metrics(pool, time.time() + 1) == {}  # nothing ended since then
+        _played(pool, 2, EpisodeType.eval, win=0.0)
+        s = loop.eval_summary(pool, t0, games=2)
+        assert s == {"summary/eval_win_first": 0.5, "summary/eval_win_last": 0.0, "summary/eval_games": 3.0}
     finally:
         pool.close()
 
