@@ -99,6 +99,9 @@ class RunConfig(_Section):
         if grpo and self.task.group_size < 2:
             raise ValueError(f"task.group_size={self.task.group_size}: GRPO compares the episodes of a group, "
                              "it needs at least 2")
+        workers = self.runner.get("workers", 1)
+        if not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"runner.workers={workers}: at least 1 concurrent episode per worker is needed")
         if self.batching.strategy == "groups_var" and self.task.group_size < 2:
             raise ValueError("task.group_size: groups_var drops zero-variance groups; it needs at least 2")
         return self

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -200,11 +201,11 @@ def train_flow(cfg: RunConfig | dict[str, Any]) -> dict[str, Any]:
                     tracking.log_metrics(row, step=version)
                     history.append(row)
                     progress.advance(row)
-            trained = min(tr.updates for tr in trainers.values())
-            if trained < total and not stop.is_set():
-                status = "FAILED"
-                reason = (f"no batch was ready within train.batch_timeout_s={cfg.train.batch_timeout_s:g} "
-                          f"after update {trained} of {total}: are the workers failing? (see the dashboard)")
+        except TimeoutError as exc:  # no batch within train.batch_timeout_s: a clear failure, not a traceback
+            status = "FAILED"
+            reason = (f"{exc} after update {min(tr.updates for tr in trainers.values())} of {total} "
+                      f"(train.batch_timeout_s={cfg.train.batch_timeout_s:g}): are the workers failing? "
+                      f"The dashboard shows their episodes")
         except KeyboardInterrupt:
             status = "KILLED"
         except BaseException:
@@ -292,4 +293,6 @@ def run_main(cfg: RunConfig) -> None:
             distributed.shutdown()
         return
     with shutdown.own_prefect_server():
-        train_flow(cfg)
+        summary = train_flow(cfg)
+    if summary["status"] == "FAILED":
+        sys.exit(1)

@@ -38,6 +38,7 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     (["task.group_size=1"], "GRPO compares the episodes of a group"),
     (["train.updatez=3"], "train.updatez: no such config key (did you mean train.updates?)"),
     (["batching.strategy=nope"], "batching.strategy=nope"),
+    (["runner.workers=0"], "runner.workers=0"),
     (["pool.url=postgresql+psycopg://nobody@127.0.0.1:9/x"], "cannot connect"),
     (["pool.url=foo://x"], "unsupported database 'foo'"),
 ])

@@ -54,8 +54,8 @@ def test_default_echo_flow_two_updates(flow_config) -> None:
 
 
 def test_a_run_without_any_batch_is_failed_not_finished(flow_config) -> None:
-    """No worker, no batch: the run ends FAILED with the reason as a tag, not as an empty FINISHED run."""
-    cfg = flow_config("train.updates=2", "runner.workers=0", "train.batch_timeout_s=2")
+    """No batch in time: the run ends FAILED with the reason as a tag, not a traceback or an empty FINISHED run."""
+    cfg = flow_config("train.updates=2", "batching.min_groups=10000", "train.batch_timeout_s=2")
     summary = train_flow(cfg)
     assert summary["status"] == "FAILED" and summary["updates"] == 0
     run, _ = _run_metrics(cfg["mlflow"]["tracking_uri"], summary["run_id"])
