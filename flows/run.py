@@ -195,7 +195,7 @@ def train_flow(cfg: RunConfig | dict[str, Any]) -> dict[str, Any]:
                         _log_samples(steps, backend, policy, tr.version, cfg.mlflow.sample_trajectories)
                     if not row:
                         break
-                    row.update(loop.episode_metrics(pool, t_eval))  # what the task reported: win rate, accuracy, ...
+                    row.update(loop.episode_metrics(pool, t_eval, policies=cfg.policies))  # what the task reported: win rate, accuracy, ...
                     t_eval = time.time()
                     version = max(tr.version for tr in trainers.values())
                     tracking.log_metrics(row, step=version)
@@ -229,7 +229,7 @@ def train_flow(cfg: RunConfig | dict[str, Any]) -> dict[str, Any]:
             tracking.mlflow.log_dict({"per_update": merge_rows}, "merge_stats.json")
             summary = console.summary_values(history, time.time() - t_start)
             tracking.log_summary(summary)
-            tracking.log_metrics(loop.eval_summary(pool, t_start), step=max(t.version for t in trainers.values()))
+            tracking.log_metrics(loop.eval_summary(pool, t_start, policies=cfg.policies), step=max(t.version for t in trainers.values()))
             if reason:
                 tracking.mlflow.set_tag("swarm.failure", reason)
             tracking.mlflow.end_run(status)

@@ -103,7 +103,15 @@ def batch_metrics(steps: Sequence[Step], version: int, prefix: str = "") -> dict
     return m
 
 
-def episode_metrics(pool: Pool, since: float, lookback_s: float = 3600.0) -> dict[str, float]:
+def _trained(e: Any, policies: Sequence[str] | None) -> bool:
+    """Whether episode ``e`` was played by a trained policy (frozen opponents' seats are ``eval`` episodes
+    too, and must not count as the trained side's results); episodes that name no policy count."""
+    policy = e.metadata.get("policy")
+    return policies is None or policy is None or policy in policies
+
+
+def episode_metrics(pool: Pool, since: float, lookback_s: float = 3600.0,
+                    policies: Sequence[str] | None = None) -> dict[str, float]:
     """What the task reported for the episodes that ended since ``since``: ``episodes/<key>`` (train)
     and ``eval/<key>`` (held-out eval groups) are means of the numbers a task's ``run_episode`` /
     ``run_multiagent`` returned (stored in each episode's ``metadata.metrics``), plus ``reward`` and the
@@ -113,7 +121,7 @@ def episode_metrics(pool: Pool, since: float, lookback_s: float = 3600.0) -> dic
                               limit=_SCAN)
     sums: dict[str, dict[str, list[float]]] = {"episodes": defaultdict(list), "eval": defaultdict(list)}
     for e in eps:
-        if e.ended_at is None or e.ended_at < since:
+        if e.ended_at is None or e.ended_at < since or not _trained(e, policies):
             continue
         bucket = sums["eval" if e.type == EpisodeType.eval else "episodes"]
         bucket["n"].append(1.0)
@@ -129,12 +137,14 @@ def episode_metrics(pool: Pool, since: float, lookback_s: float = 3600.0) -> dic
     return out
 
 
-def eval_summary(pool: Pool, since: float, games: int = 64) -> dict[str, float]:
+def eval_summary(pool: Pool, since: float, games: int = 64, policies: Sequence[str] | None = None
+                 ) -> dict[str, float]:
     """The run's held-out eval games: mean win (tasks that report ``win``) or reward over the first and
     the last ``games`` games that ended since ``since`` (a game: the episodes sharing ``metadata.game``,
     else one episode): ``summary/eval_<win|reward>_first`` / ``_last``, ``summary/eval_games``; {} without any."""
     eps = pool.query_episodes(StepFilter(episode_type=EpisodeType.eval, episode_status=EpisodeStatus.finished,
                                          since=since), limit=_SCAN)
+    eps = [e for e in eps if _trained(e, policies)]
     key = "win" if any("win" in (e.metadata.get("metrics") or {}) for e in eps) else "reward"
     by_game: dict[str, list[Any]] = defaultdict(list)
     for e in eps:

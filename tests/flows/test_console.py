@@ -50,6 +50,11 @@ def test_episode_metrics_are_what_the_task_reported(tmp_path: Path) -> None:
         _played(pool, 2, EpisodeType.eval, win=0.0)
         s = loop.eval_summary(pool, t0, games=2)
         assert s == {"summary/eval_win_first": 0.5, "summary/eval_win_last": 0.0, "summary/eval_games": 3.0}
+        # a frozen opponent's seats are eval episodes too: they never count as the trained side's results
+        ep = pool.add_episode(Episode(task="werewolves", type=EpisodeType.eval, metadata={"policy": "wolfbot"}))
+        pool.end_episode(ep.episode_id, reward=1.0, metadata={"metrics": {"win": 1.0}})
+        assert loop.episode_metrics(pool, t0, policies=["default"])["eval/n"] == 3
+        assert loop.eval_summary(pool, t0, games=2, policies=["default"])["summary/eval_games"] == 3.0
     finally:
         pool.close()
 
