@@ -50,6 +50,7 @@ import httpx
 
 from swarm.errors import BackendError, ContextLengthError, NotFoundError, SwarmError, ValidationError
 from swarm.policy._http import post_json, sse_events, token_id
+from swarm.policy._upstream_reply import aligned, chat_token_data, norm_tool_calls
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta
 from swarm.policy.chat import LocalTokenizer
 
@@ -79,57 +80,6 @@ def _sampling_body(request: GenerateRequest, max_tokens: int, max_stop: int) -> 
     if s.seed is not None:
         body["seed"] = s.seed
     return body
-
-
-def _alternative(a: Any) -> dict[str, Any]:
-    tok = str(a.get("token", ""))
-    raw = a.get("bytes")
-    return {"token": tok, "logprob": float(a["logprob"]), "bytes": list(raw) if isinstance(raw, list) else None}
-
-
-def _served_logprobs(logprobs: Any) -> list[dict[str, Any]] | None:
-    """The server's ``logprobs.content`` in OpenAI's shape, as it sent it; None when absent or unreadable.
-
-    ``top_logprobs`` of an entry are the server's (empty when it sent none): nothing is made up.
-    """
-    content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    if not isinstance(content, list):
-        return None
-    try:
-        return [{**_alternative(t), "top_logprobs": [_alternative(a) for a in t.get("top_logprobs") or []]}
-                for t in content]
-    except (AttributeError, KeyError, TypeError, ValueError):  # a logprob missing or not a number
-        return None
-
-
-def _chat_token_data(logprobs: Any) -> tuple[list[int], list[float] | None, list[dict[str, Any]] | None]:
-    """Token ids (when the token strings are ``token_id:<n>``), logprobs and the served entries."""
-    entries = _served_logprobs(logprobs)
-    if not entries:
-        return [], None, entries
-    ids = [token_id(e["token"]) for e in entries]
-    return ([i for i in ids if i is not None] if all(i is not None for i in ids) else []), \
-        [e["logprob"] for e in entries], entries
-
-
-def _aligned(ids: list[int], lps: list[float] | None) -> list[float] | None:
-    """Logprobs only as the logprobs *of known ids*: a step never holds logprobs without their tokens."""
-    return lps if lps is not None and ids and len(lps) == len(ids) else None
-
-
-def _norm_tool_calls(calls: Any) -> list[dict[str, Any]]:
-    out = []
-    for c in calls or []:
-        fn = c.get("function") or {}
-        args = fn.get("arguments")
-        out.append(
-            {
-                "id": c.get("id") or f"call_{len(out)}",
-                "type": "function",
-                "function": {"name": fn.get("name", ""), "arguments": args if isinstance(args, str) else "{}"},
-            }
-        )
-    return out
 
 
 class UpstreamBackend(LocalTokenizer):
@@ -360,8 +310,8 @@ token the server reports (OpenAI: 20).
             if path == "/chat/completions":
                 msg = ch.get("message") or {}
                 text = msg.get("content") or ""
-                ids, lps, entries = _chat_token_data(ch.get("logprobs"))
-                calls = _norm_tool_calls(msg.get("tool_calls"))
+                ids, lps, entries = chat_token_data(ch.get("logprobs"))
+                calls = norm_tool_calls(msg.get("tool_calls"))
             else:
                 text = ch.get("text") or ""
                 lp = ch.get("logprobs") or {}
@@ -375,7 +325,7 @@ token the server reports (OpenAI: 20).
                 Generation(
                     prompt_ids=prompt_ids,
                     response_ids=ids,
-                    logprobs=_aligned(ids, lps),
+                    logprobs=aligned(ids, lps),
                     logprobs_content=entries,
                     text=text,
                     tool_calls=calls,
@@ -402,7 +352,7 @@ token the server reports (OpenAI: 20).
                 if chat:
                     delta = ch.get("delta") or {}
                     text = delta.get("content") or ""
-                    ids, lps, entries = _chat_token_data(ch.get("logprobs"))
+                    ids, lps, entries = chat_token_data(ch.get("logprobs"))
                     for tc in delta.get("tool_calls") or []:
                         slot = a["calls"].setdefault(tc.get("index", 0), {"id": None, "name": "", "arguments": ""})
                         slot["id"] = tc.get("id") or slot["id"]
@@ -426,7 +376,7 @@ token the server reports (OpenAI: 20).
                     a["entries"] = (a["entries"] or []) + entries
                 a["finish"] = ch.get("finish_reason") or a["finish"]
                 if text or ids or entries:
-                    yield TokenDelta(index=i, token_ids=ids, logprobs=_aligned(ids, lps), text=text,
+                    yield TokenDelta(index=i, token_ids=ids, logprobs=aligned(ids, lps), text=text,
                                      logprobs_content=entries or None)
         if not acc:
             raise BackendError("upstream stream ended without choices", policy=request.policy)
@@ -443,7 +393,7 @@ token the server reports (OpenAI: 20).
             yield Generation(
                 prompt_ids=prompt_ids,
                 response_ids=a["ids"],
-                logprobs=_aligned(a["ids"], a["lps"] if a["has_lps"] else None),
+                logprobs=aligned(a["ids"], a["lps"] if a["has_lps"] else None),
                 logprobs_content=a["entries"],
                 text=a["text"],
                 tool_calls=calls,
