@@ -37,7 +37,8 @@ def finalize(gens: list[Generation], tool_calls: bool = True) -> list[Generation
 
     Backends may return the full sampled text (markup included) next to the parsed calls; the
     client sees, and the step stores, the content without the blocks (the ids keep everything).
-    ``tool_calls=False`` (``tool_choice: "none"``): no calls are reported (the ids keep what was sampled).
+    ``tool_calls=False`` (``tool_choice: "none"`` on a backend that does not forward it): no calls are
+    reported (the ids keep what was sampled).
     """
     out = []
     for g in gens:
@@ -60,7 +61,7 @@ class CallPlan:
     cid: str
     created: int
     include_usage: bool = False
-    tool_calls: bool = True  # False with tool_choice "none": replies are content only
+    tool_calls: bool = True  # False with tool_choice "none" emulated here: replies are content only
     t0: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -106,6 +107,18 @@ def _sampling(state: GatewayState, body: ChatCompletionRequest | CompletionReque
     )
 
 
+def _client_fields(body: ChatCompletionRequest) -> dict[str, Any]:
+    """The OpenAI fields a forwarding backend passes on as sent (``GenerateRequest.client_fields``)."""
+    sent = {k: getattr(body, k) for k in ("tool_choice", "parallel_tool_calls", "response_format")}
+    return {k: v for k, v in sent.items() if v is not None} | ({"logprobs": True} if body.logprobs else {})
+
+
+def _forwards(state: GatewayState, policy: str) -> bool:
+    """The policy's backend passes ``tool_choice`` & co. to a server that enforces them (``upstream``)."""
+    forwards = getattr(state.backend, "forwards_openai_fields", None)
+    return bool(forwards(policy)) if callable(forwards) else False
+
+
 def _messages(body: ChatCompletionRequest) -> list[dict[str, Any]]:
     raw = []
     for i, m in enumerate(body.messages):
@@ -148,10 +161,12 @@ async def prepare_chat(state: GatewayState, caller: Caller, body: ChatCompletion
                        param="messages", code="template_error") from exc
     sampling = dataclasses.replace(_sampling(state, body, max_tokens, len(plan.prompt_ids), context), top_logprobs=top)
     request = GenerateRequest(policy=policy, messages=messages, tools=tools, prompt_ids=plan.prompt_ids,
-                              sampling=sampling, constraint=constraint)
+                              sampling=sampling, constraint=constraint, client_fields=_client_fields(body))
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    # tool_choice "none": a forwarding backend's server honours it; otherwise the gateway drops the calls
+    emulate_none = body.tool_choice == "none" and not _forwards(state, policy)
     return CallPlan("chat", episode, policy, request, plan, bool(body.logprobs), new_completion_id("chatcmpl"),
-                    now_s(), include_usage, tool_calls=body.tool_choice != "none", t0=t0,
+                    now_s(), include_usage, tool_calls=not emulate_none, t0=t0,
                     timings={"prepare_s": time.perf_counter() - t0})
 
 

@@ -2,7 +2,8 @@
 
 Pure functions from backend :class:`~swarm.policy.base.Generation` objects to JSON-ready dicts.
 ``top_logprobs`` are filled from the backend's ``(token id, logprob)`` pairs when it reported
-them (``SamplingParams.top_logprobs``), else empty.
+them (``SamplingParams.top_logprobs``), else empty. A backend whose server tokenizes for itself
+(``upstream``) hands over that server's own ``logprobs.content`` entries, which go out as they came.
 This module does not store, validate requests or talk to the backend beyond ``decode``.
 """
 
@@ -52,7 +53,11 @@ def _tops(backend: PolicyBackend, policy: str, tops: list[list[tuple[int, float]
 
 
 def chat_logprobs(backend: PolicyBackend, policy: str, ids: list[int], lps: list[float] | None,
-                  tops: list[list[tuple[int, float]]] | None = None) -> dict[str, Any] | None:
+                  tops: list[list[tuple[int, float]]] | None = None,
+                  served: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """OpenAI's ``logprobs`` of a choice; ``served``: entries a server sent in that shape (used as they are)."""
+    if served is not None:
+        return {"content": served, "refusal": None}
     if lps is None:
         return None
     alts = _tops(backend, policy, tops, len(ids))

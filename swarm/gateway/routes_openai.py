@@ -58,7 +58,7 @@ async def chat_completions(body: ChatCompletionRequest, caller: Caller = Depends
                                  headers=_SSE_HEADERS)
     gens = await generate(state, plan)
     steps = await store(state, plan, gens)
-    lps = [chat_logprobs(state.backend, plan.policy, g.response_ids, g.logprobs, g.top_logprobs)
+    lps = [chat_logprobs(state.backend, plan.policy, g.response_ids, g.logprobs, g.top_logprobs, g.logprobs_content)
            if plan.want_logprobs else None for g in gens]
     return JSONResponse(chat_response(plan.cid, plan.created, plan.policy, gens, [s.tool_calls for s in steps], lps,
                                       _swarm(plan, steps)))

@@ -127,8 +127,8 @@ async def chat_events(state: GatewayState, plan: CallPlan, first: Any, it: Async
         async for item in _items(first, it):
             if isinstance(item, TokenDelta):
                 text = holds[item.index].push(item.text) if 0 <= item.index < n else ""
-                lp = (chat_logprobs(state.backend, model, item.token_ids, item.logprobs, item.top_logprobs)
-                      if plan.want_logprobs else None)
+                lp = (chat_logprobs(state.backend, model, item.token_ids, item.logprobs, item.top_logprobs,
+                                    item.logprobs_content) if plan.want_logprobs else None)
                 if text or lp:
                     yield _sse(chat_chunk(cid, created, model, [
                         {"index": item.index, "delta": {"content": text}, "logprobs": lp, "finish_reason": None}]))

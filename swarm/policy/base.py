@@ -40,6 +40,10 @@ class GenerateRequest:
 
     ``constraint``: what the reply must match (``swarm.policy.constraint``); a backend that cannot
     enforce it refuses the request (ValidationError naming the constraint's ``param``).
+    ``client_fields``: OpenAI chat fields exactly as the client sent them (``tool_choice``,
+    ``parallel_tool_calls``, ``response_format``, ``logprobs``), for a backend that forwards the call
+    to a server which honours them itself (``upstream``); local backends act on ``constraint`` and
+    ``sampling`` instead.
     """
 
     policy: str
@@ -48,6 +52,7 @@ class GenerateRequest:
     prompt_ids: list[int] | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     constraint: Constraint | None = None
+    client_fields: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -57,6 +62,10 @@ class Generation:
     ``constraint``: the record of the grammar it was sampled under (``Grammars.record``), which the
     step stores so the trainer can replay the masks; ``top_logprobs``: per position, the
     ``(token id, logprob)`` pairs asked for with ``SamplingParams.top_logprobs``.
+    ``logprobs_content``: from a server that tokenizes for itself (``upstream``), its per-token
+    entries as it sent them in OpenAI's ``logprobs.content`` shape (token text, logprob, bytes,
+    ``top_logprobs``); the gateway passes them on to the client. ``logprobs`` (and so the step's
+    ``response_logprobs``) stays None unless they line up with known ``response_ids``.
     """
 
     prompt_ids: list[int]
@@ -68,6 +77,7 @@ class Generation:
     policy_version: int = 0
     constraint: dict[str, Any] | None = None
     top_logprobs: list[list[tuple[int, float]]] | None = None
+    logprobs_content: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -79,6 +89,7 @@ class TokenDelta:
     logprobs: list[float] | None
     text: str
     top_logprobs: list[list[tuple[int, float]]] | None = None
+    logprobs_content: list[dict[str, Any]] | None = None  # as on Generation
 
 
 @runtime_checkable

@@ -112,6 +112,10 @@ class PolicyRouter:
         get = getattr(self.backend_for(policy), "tool_parser", None)
         return get(policy) if callable(get) else get
 
+    def forwards_openai_fields(self, policy: str) -> bool:
+        forwards = getattr(self.backend_for(policy), "forwards_openai_fields", None)
+        return bool(forwards(policy)) if callable(forwards) else False
+
     def exact_tokens(self, policy: str) -> bool:
         exact = getattr(self.backend_for(policy), "exact_tokens", None)
         return True if exact is None else bool(exact(policy))

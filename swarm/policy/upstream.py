@@ -2,24 +2,32 @@
 
 Chat requests go to ``/chat/completions`` over httpx (the transport is injectable, e.g.
 ``httpx.MockTransport`` in tests). Forwarded: the messages, tools, sampling (``temperature``,
-``top_p``, ``n``, ``seed``, ``stop``, ``max_tokens``) and ``logprobs``; ``extra_body`` is merged
-into every request.
+``top_p``, ``n``, ``seed``, ``stop``, ``max_tokens``), ``logprobs`` / ``top_logprobs``, and the
+client's ``tool_choice`` (``auto``, ``none``, ``required`` or a named function),
+``parallel_tool_calls`` and ``response_format`` exactly as it sent them
+(``GenerateRequest.client_fields``): the server enforces them, the gateway emulates none of them
+(``forwards_openai_fields``). ``extra_body`` is merged into every request.
 
 What is recorded, honestly:
 
 - text and tool calls as the server returns them;
 - token ids only when the server returns them (``token_id:<n>`` token strings, or ``token_ids`` /
-  ``prompt_token_ids`` fields as vLLM does), logprobs only from ``logprobs.content``. Without
-  them the ids are empty and the logprobs ``None`` (fine for opponents and judges, not for
-  training); the prompt ids are never our local tokenizer's guess of the server's tokens, so such
-  steps are not prefix consistent.
+  ``prompt_token_ids`` fields as vLLM does); logprobs only from ``logprobs.content`` and only
+  when they line up with such ids. Without ids the step's ids are empty and its logprobs
+  ``None`` (fine for opponents and judges, not for training); the prompt ids are never our local
+  tokenizer's guess of the server's tokens, so such steps are not prefix consistent.
+- the server's ``logprobs.content`` entries (token text, logprob, bytes, ``top_logprobs``) are
+  passed on to the client as sent (``Generation.logprobs_content``), only when the server sent
+  them; they are not stored in the step (it has no field for alternatives, for any backend).
 - ``tokenizer_path`` is optional. Without it the backend has no vocabulary: prompts are planned on
   a plain-text rendering of the messages and carry no ids; ``/v1/completions`` (token ids in,
   token ids out) is refused, and so it is with a tokenizer unless ``completions: true`` says the
   server shares that tokenizer's vocabulary.
+- ``logprobs: false`` (a server that rejects them): a request asking ``logprobs`` or
+  ``top_logprobs`` is refused with a 400 naming the parameter, not answered without them.
 
-``response_format`` / ``tool_choice`` constraints are passed on in OpenAI's form for the server to
-enforce; the step records the constraint, but the trainer cannot replay a server's own masks.
+A ``response_format`` / ``tool_choice`` constraint is also recorded on the step, as enforced by
+the server: the trainer cannot replay a server's own masks.
 
 Errors are mapped without leaking the upstream's address or credentials: a request the upstream
 rejects (400/422) is the caller's 400 with the upstream's reason, a rate limit stays 429, an
@@ -42,6 +50,7 @@ import httpx
 
 from swarm.errors import BackendError, ContextLengthError, NotFoundError, SwarmError, ValidationError
 from swarm.policy._http import post_json, sse_events, token_id
+from swarm.policy._upstream_reply import aligned, chat_token_data, norm_tool_calls
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta
 from swarm.policy.chat import LocalTokenizer
 
@@ -49,6 +58,7 @@ __all__ = ["UpstreamBackend", "DEFAULT_API_KEY_ENV"]
 
 DEFAULT_API_KEY_ENV = "SWARM_UPSTREAM_API_KEY"
 _URL = re.compile(r"\b(?:https?|wss?)://\S+")
+_FORWARDED = ("tool_choice", "parallel_tool_calls", "response_format")  # the client's, as sent
 
 
 class RateLimitError(BackendError):
@@ -72,42 +82,21 @@ def _sampling_body(request: GenerateRequest, max_tokens: int, max_stop: int) -> 
     return body
 
 
-def _chat_token_data(logprobs: Any) -> tuple[list[int], list[float] | None]:
-    content = (logprobs or {}).get("content") if isinstance(logprobs, dict) else None
-    if not content:
-        return [], None
-    lps = [float(t.get("logprob", 0.0)) for t in content]
-    ids = [token_id(t.get("token")) for t in content]
-    return ([i for i in ids if i is not None] if all(i is not None for i in ids) else []), lps
-
-
-def _norm_tool_calls(calls: Any) -> list[dict[str, Any]]:
-    out = []
-    for c in calls or []:
-        fn = c.get("function") or {}
-        args = fn.get("arguments")
-        out.append(
-            {
-                "id": c.get("id") or f"call_{len(out)}",
-                "type": "function",
-                "function": {"name": fn.get("name", ""), "arguments": args if isinstance(args, str) else "{}"},
-            }
-        )
-    return out
-
-
 class UpstreamBackend(LocalTokenizer):
     """Client of an OpenAI-compatible server implementing :class:`~swarm.policy.base.PolicyBackend`.
 
     ``policies``: names served (a list: each maps to ``model``, or to itself when ``model`` is
     None; or a dict ``name -> upstream model id``). ``extra_body`` is merged into every request
-    (e.g. ``{"return_token_ids": True}`` for vLLM). ``logprobs=False`` for servers that reject it.
+    (e.g. ``{"return_token_ids": True}`` for vLLM). ``logprobs=False`` for servers that reject it
+(requests asking for logprobs are then refused); ``max_top_logprobs``: the most alternatives per
+token the server reports (OpenAI: 20).
     ``max_tokens``: the most new tokens asked per call (a request asking more gets this many; the
     gateway's default would be the whole context). ``max_stop``: stop strings allowed (OpenAI: 4).
     ``api_key``: for programmatic use; configs name an environment variable (``api_key_env``).
     """
 
     supports_constraints = True  # passed on to the server (see _body)
+    max_top_logprobs: int  # 0 when the server gives no logprobs
 
     def __init__(
         self,
@@ -126,6 +115,7 @@ class UpstreamBackend(LocalTokenizer):
         max_stop: int = 4,
         completions: bool = False,
         tool_parser: str | None = None,
+        max_top_logprobs: int = 20,
     ) -> None:
         if isinstance(policies, str):
             policies = [policies]
@@ -142,7 +132,8 @@ class UpstreamBackend(LocalTokenizer):
             base_url=self.base_url, headers=headers, transport=transport, timeout=httpx.Timeout(timeout_s)
         )
         self._max_context = int(max_context)
-        self._logprobs = logprobs
+        self._logprobs = bool(logprobs)
+        self.max_top_logprobs = int(max_top_logprobs) if logprobs else 0
         self._extra = dict(extra_body or {})
         self.tokenizer = None
         if tokenizer_path:
@@ -196,6 +187,11 @@ class UpstreamBackend(LocalTokenizer):
         self._model(policy)
         return False
 
+    def forwards_openai_fields(self, policy: str) -> bool:
+        """True: ``tool_choice`` (``none`` included) and the like go to the server as sent; the gateway emulates nothing."""
+        self._model(policy)
+        return True
+
     # ----------------------------------------------------------------------------- protocol
     def policies(self) -> list[str]:
         return list(self._models)
@@ -211,6 +207,22 @@ class UpstreamBackend(LocalTokenizer):
     def load_weights(self, policy: str, adapter_state: dict[str, Any], version: int) -> None:
         raise BackendError("the upstream backend serves frozen weights; load_weights is not supported", policy=policy)
 
+    def _logprob_fields(self, request: GenerateRequest) -> dict[str, Any]:
+        """``logprobs`` / ``top_logprobs`` for a chat body; a request this server cannot answer is refused."""
+        k = request.sampling.top_logprobs
+        asked = "top_logprobs" if k > 0 else "logprobs" if request.client_fields.get("logprobs") else None
+        if asked and not self._logprobs:
+            raise ValidationError(f"{asked}: the upstream model of policy {request.policy!r} does not return "
+                                  "logprobs (logprobs: false in its model config)", param=asked,
+                                  policy=request.policy, code="unsupported_parameter")
+        if k > self.max_top_logprobs:
+            raise ValidationError(f"top_logprobs is {k}; the upstream model of policy {request.policy!r} reports at "
+                                  f"most {self.max_top_logprobs} alternatives per token", param="top_logprobs",
+                                  policy=request.policy, code="unsupported_parameter")
+        if not self._logprobs:
+            return {}
+        return {"logprobs": True, **({"top_logprobs": k} if k > 0 else {})}
+
     def _body(self, request: GenerateRequest, stream: bool) -> tuple[str, dict[str, Any]]:
         body: dict[str, Any] = {"model": self._model(request.policy),
                                 **_sampling_body(request, self._max_tokens, self._max_stop), **self._extra}
@@ -220,10 +232,12 @@ class UpstreamBackend(LocalTokenizer):
             body["messages"] = request.messages
             if request.tools:
                 body["tools"] = request.tools
-            if self._logprobs:
-                body["logprobs"] = True
-            if request.constraint is not None:  # OpenAI's own fields: the server enforces them
-                body.update(request.constraint.openai_fields())
+            body.update(self._logprob_fields(request))
+            # the client's own fields, exactly as sent: the server enforces them
+            body.update({k: request.client_fields[k] for k in _FORWARDED if k in request.client_fields})
+            if request.constraint is not None:  # a caller that gave only the constraint: OpenAI's form of it
+                for key, value in request.constraint.openai_fields().items():
+                    body.setdefault(key, value)
             return "/chat/completions", body
         if request.prompt_ids is None:
             raise ValidationError("request needs messages or prompt_ids", policy=request.policy)
@@ -232,6 +246,10 @@ class UpstreamBackend(LocalTokenizer):
                 "/v1/completions takes token ids, and this policy's upstream model has its own vocabulary: "
                 "use /v1/chat/completions (or set completions: true with the upstream's own tokenizer_path)",
                 param="prompt", policy=request.policy, code="unsupported_endpoint")
+        if request.sampling.top_logprobs > 0:
+            raise ValidationError("logprobs: the upstream backend reads back alternatives per token on "
+                                  "/v1/chat/completions only (top_logprobs); use logprobs: 0 here", param="logprobs",
+                                  policy=request.policy, code="unsupported_parameter")
         body["prompt"] = list(request.prompt_ids)
         if self._logprobs:
             body["logprobs"] = 1
@@ -292,22 +310,23 @@ class UpstreamBackend(LocalTokenizer):
             if path == "/chat/completions":
                 msg = ch.get("message") or {}
                 text = msg.get("content") or ""
-                ids, lps = _chat_token_data(ch.get("logprobs"))
-                calls = _norm_tool_calls(msg.get("tool_calls"))
+                ids, lps, entries = chat_token_data(ch.get("logprobs"))
+                calls = norm_tool_calls(msg.get("tool_calls"))
             else:
                 text = ch.get("text") or ""
                 lp = ch.get("logprobs") or {}
                 lps = [float(x) for x in lp.get("token_logprobs") or []] or None
                 ids = [token_id(t) for t in lp.get("tokens") or []]
                 ids = ids if ids and all(i is not None for i in ids) else []
-                calls = []
+                calls, entries = [], None
             if ch.get("token_ids"):
                 ids = list(ch["token_ids"])
             gens.append(
                 Generation(
                     prompt_ids=prompt_ids,
                     response_ids=ids,
-                    logprobs=lps,
+                    logprobs=aligned(ids, lps),
+                    logprobs_content=entries,
                     text=text,
                     tool_calls=calls,
                     finish_reason=ch.get("finish_reason") or "stop",
@@ -327,12 +346,13 @@ class UpstreamBackend(LocalTokenizer):
             prompt_ids = list(event.get("prompt_token_ids") or prompt_ids)
             for ch in event.get("choices") or []:
                 i = int(ch.get("index", 0))
-                a = acc.setdefault(i, {"text": "", "ids": [], "lps": [], "has_lps": False, "calls": {}, "finish": None})
+                a = acc.setdefault(i, {"text": "", "ids": [], "lps": [], "has_lps": False, "entries": None, "calls": {},
+                                      "finish": None})
                 prompt_ids = list(ch.get("prompt_token_ids") or prompt_ids)
                 if chat:
                     delta = ch.get("delta") or {}
                     text = delta.get("content") or ""
-                    ids, lps = _chat_token_data(ch.get("logprobs"))
+                    ids, lps, entries = chat_token_data(ch.get("logprobs"))
                     for tc in delta.get("tool_calls") or []:
                         slot = a["calls"].setdefault(tc.get("index", 0), {"id": None, "name": "", "arguments": ""})
                         slot["id"] = tc.get("id") or slot["id"]
@@ -344,6 +364,7 @@ class UpstreamBackend(LocalTokenizer):
                     lp = ch.get("logprobs") or {}
                     lps = [float(x) for x in lp.get("token_logprobs") or []] or None
                     ids = [t for t in (token_id(x) for x in lp.get("tokens") or []) if t is not None]
+                    entries = None
                 if ch.get("token_ids"):
                     ids = list(ch["token_ids"])
                 a["text"] += text
@@ -351,9 +372,12 @@ class UpstreamBackend(LocalTokenizer):
                 if lps:
                     a["lps"] += lps
                     a["has_lps"] = True
+                if entries:
+                    a["entries"] = (a["entries"] or []) + entries
                 a["finish"] = ch.get("finish_reason") or a["finish"]
-                if text or ids:
-                    yield TokenDelta(index=i, token_ids=ids, logprobs=lps, text=text)
+                if text or ids or entries:
+                    yield TokenDelta(index=i, token_ids=ids, logprobs=aligned(ids, lps), text=text,
+                                     logprobs_content=entries or None)
         if not acc:
             raise BackendError("upstream stream ended without choices", policy=request.policy)
         for i in sorted(acc):
@@ -369,7 +393,8 @@ class UpstreamBackend(LocalTokenizer):
             yield Generation(
                 prompt_ids=prompt_ids,
                 response_ids=a["ids"],
-                logprobs=a["lps"] if a["has_lps"] else None,
+                logprobs=aligned(a["ids"], a["lps"] if a["has_lps"] else None),
+                logprobs_content=a["entries"],
                 text=a["text"],
                 tool_calls=calls,
                 finish_reason=a["finish"] or "stop",

@@ -3,7 +3,10 @@
 Covers: no tokenizer needed; no token claims (empty ids, prefix_consistent false); errors mapped to
 the right status without the upstream's URL or auth details; the api key from the environment;
 a bounded max_tokens; the stop-list limit; /v1/completions refused for a foreign vocabulary;
-streaming with tool calls; the api key never reaches the MLflow params.
+streaming with tool calls; the exact upstream body for tool_choice (none/auto/required/named),
+parallel_tool_calls, response_format and top_logprobs; the server's top_logprobs back to the
+openai SDK (never stored as token claims); logprobs refused where the server has none; the api key
+never reaches the MLflow params.
 """
 
 from __future__ import annotations
@@ -42,10 +45,11 @@ class Scripted:
                 return JSONResponse({"error": {"message": f"scripted {self.mode} at http://10.0.0.9/internal "
                                                f"with key {SECRET}", "type": "x"}}, status_code=status)
             last = body["messages"][-1].get("content") or ""
-            call = body.get("tools") and "vote" in last
+            call = body.get("tools") and "vote" in last and body.get("tool_choice") != "none"  # honours "none"
             msg = {"role": "assistant", "content": None if call else f"heard: {last}"}
             if call:
                 msg["tool_calls"] = [CALL]
+            logprobs = _logprobs(msg["content"], body.get("top_logprobs") or 0) if body.get("logprobs") else None
             if body.get("stream"):
                 def events() -> Iterator[bytes]:
                     base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": body["model"]}
@@ -54,18 +58,29 @@ class Scripted:
                         delta["tool_calls"] = [{"index": 0, **CALL}]
                     else:
                         delta["content"] = msg["content"]
-                    for ch in ([{"index": 0, "delta": delta, "finish_reason": None}],
+                    for ch in ([{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": None}],
                                [{"index": 0, "delta": {}, "finish_reason": "tool_calls" if call else "stop"}]):
                         yield f"data: {json.dumps({**base, 'choices': ch})}\n\n".encode()
                     yield b"data: [DONE]\n\n"
                 return StreamingResponse(events(), media_type="text/event-stream")
             return {"id": "c1", "object": "chat.completion", "created": 1, "model": body["model"],
-                    "choices": [{"index": 0, "message": msg, "logprobs": None,
+                    "choices": [{"index": 0, "message": msg, "logprobs": logprobs,
                                  "finish_reason": "tool_calls" if call else "stop"}],
                     "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
 
         self.server = ServerThread(app).start()
         self.url = self.server.url + "/v1"
+
+
+def _logprobs(content: str | None, k: int) -> dict[str, Any] | None:
+    """Two text tokens with ``k`` (at most 2) alternatives each, as an API model sends them: no token ids."""
+    if not content:
+        return None
+    entries = []
+    for tok, lp in ((content[:5], -0.5), (content[5:], -1.25)):
+        alts = [{"token": tok, "logprob": lp, "bytes": list(tok.encode())}, {"token": "?", "logprob": -4.0, "bytes": [63]}]
+        entries.append({"token": tok, "logprob": lp, "bytes": list(tok.encode()), "top_logprobs": alts[:k]})
+    return {"content": entries, "refusal": None}
 
 
 @pytest.fixture
@@ -151,3 +166,77 @@ def test_api_key_never_reaches_mlflow_params() -> None:
     params = flatten(cfg)
     assert SECRET not in json.dumps(params) and SECRET not in json.dumps(redact(cfg))
     assert params["model.api_key_env"] == "SWARM_UPSTREAM_API_KEY" and params["model.max_tokens"] == "4096"
+
+
+VOTE = [{"type": "function", "function": {"name": "vote", "parameters": {"type": "object"}}}]
+SCHEMA = {"type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}}}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"tool_choice": "auto"},
+        {"tool_choice": "none"},
+        {"tool_choice": "required"},  # one tool: still "required", not rebuilt as a named choice
+        {"tool_choice": {"type": "function", "function": {"name": "vote"}}},
+        {"parallel_tool_calls": False},
+        {"response_format": SCHEMA},  # no "strict": forwarded as sent
+        {"response_format": {"type": "json_object"}},
+        {"logprobs": True, "top_logprobs": 2},
+    ],
+)
+def test_forwarded_body_is_exact(up_gateway: Any, upstream: Scripted, fields: dict[str, Any]) -> None:
+    client, _ = _client(up_gateway)
+    msgs = [{"role": "user", "content": "hi"}]
+    client.chat.completions.create(model="opponent", messages=msgs, tools=VOTE, max_tokens=16, **fields)
+    [sent] = [q["body"] for q in upstream.requests]
+    assert sent == {"model": "big-235b", "max_tokens": 16, "temperature": 1.0, "top_p": 1.0, "n": 1,
+                    "messages": msgs, "tools": VOTE, "logprobs": True, **fields}
+
+
+def test_tool_choice_none_reaches_the_upstream(up_gateway: Any, upstream: Scripted) -> None:
+    client, ep = _client(up_gateway)
+    msgs = [{"role": "user", "content": "vote now"}]
+    r = client.chat.completions.create(model="opponent", messages=msgs, tools=VOTE, tool_choice="none")
+    assert upstream.requests[-1]["body"]["tool_choice"] == "none"  # passed on, not emulated here
+    assert r.choices[0].message.tool_calls is None and r.choices[0].message.content == "heard: vote now"
+    assert r.choices[0].finish_reason == "stop"
+    r = client.chat.completions.create(model="opponent", messages=msgs, tools=VOTE, tool_choice="auto")
+    assert upstream.requests[-1]["body"]["tool_choice"] == "auto" and r.choices[0].message.tool_calls
+    steps = up_gateway.pool.query_steps(StepFilter(episode_id=ep["episode_id"]), order="episode")
+    assert [len(s.tool_calls) for s in steps] == [0, 1]
+
+
+def test_top_logprobs_come_back_through_the_gateway(up_gateway: Any, upstream: Scripted) -> None:
+    client, ep = _client(up_gateway)
+    msgs = [{"role": "user", "content": "hello"}]
+    r = client.chat.completions.create(model="opponent", messages=msgs, logprobs=True, top_logprobs=2)
+    content = r.choices[0].logprobs.content
+    assert [(t.token, t.logprob) for t in content] == [("heard", -0.5), (": hello", -1.25)]
+    assert [[(a.token, a.logprob) for a in t.top_logprobs] for t in content] == [
+        [("heard", -0.5), ("?", -4.0)], [(": hello", -1.25), ("?", -4.0)]]
+    stream = client.chat.completions.create(model="opponent", messages=msgs, logprobs=True, top_logprobs=1,
+                                            stream=True)
+    streamed = [t for chunk in stream for c in chunk.choices if c.logprobs for t in c.logprobs.content or []]
+    assert [[a.token for a in t.top_logprobs] for t in streamed] == [["heard"], [": hello"]]
+    r = client.chat.completions.create(model="opponent", messages=msgs)  # not asked: none returned
+    assert r.choices[0].logprobs is None
+    r = client.chat.completions.create(model="opponent", messages=msgs, logprobs=True)  # no alternatives asked
+    assert all(t.top_logprobs == [] for t in r.choices[0].logprobs.content)
+    assert "top_logprobs" not in upstream.requests[-1]["body"]
+    steps = up_gateway.pool.query_steps(StepFilter(episode_id=ep["episode_id"]), with_tokens=True, order="episode")
+    assert len(steps) == 4  # the server's logprobs have no token ids: the steps claim neither
+    assert all(s.response_ids == [] and s.response_logprobs is None for s in steps)
+
+
+def test_logprobs_refused_where_the_upstream_has_none(make_gateway: Any, upstream: Scripted) -> None:
+    gw = make_gateway(UpstreamBackend(upstream.url, model="big-235b", policies=["opponent"], logprobs=False))
+    client, _ = _client(gw)
+    msgs = [{"role": "user", "content": "hello"}]
+    for kwargs, param in (({"logprobs": True}, "logprobs"), ({"logprobs": True, "top_logprobs": 2}, "top_logprobs")):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(model="opponent", messages=msgs, **kwargs)
+        assert err.value.body["param"] == param
+    assert upstream.requests == []
+    r = client.chat.completions.create(model="opponent", messages=msgs)
+    assert r.choices[0].message.content == "heard: hello" and "logprobs" not in upstream.requests[0]["body"]

@@ -1,4 +1,4 @@
-"""The upstream (OpenAI-compatible) client against httpx.MockTransport: token data when given, errors mapped."""
+"""The upstream (OpenAI-compatible) client against httpx.MockTransport: forwarded fields, token data when given, errors mapped."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from swarm.errors import BackendError, ContextLengthError, NotFoundError
+from swarm.errors import BackendError, ContextLengthError, NotFoundError, ValidationError
 from swarm.policy import build_backend
 from swarm.policy.base import GenerateRequest, Generation, PolicyBackend, SamplingParams, TokenDelta
 from swarm.policy.upstream import UpstreamBackend
@@ -68,7 +68,9 @@ def test_chat_records_text_tool_calls_and_logprobs():
     assert path == "/v1/chat/completions" and auth == "Bearer k"
     assert body["model"] == "gpt-judge" and body["messages"] == MSGS and body["logprobs"] is True
     assert body["stop"] == ["\n"] and body["seed"] == 3 and body["tools"][0]["function"]["name"] == "get_weather"
-    assert g.text == "Sunny" and g.logprobs == [-0.25, -1.5] and g.response_ids == [] and g.prompt_ids == []
+    assert g.text == "Sunny" and g.response_ids == [] and g.prompt_ids == []
+    # no ids: the logprobs are not the step's (no logprobs without their tokens), but the client gets them as sent
+    assert g.logprobs is None and [(e["token"], e["logprob"]) for e in g.logprobs_content] == [("Sun", -0.25), ("ny", -1.5)]
     assert g.tool_calls == [CALL] and g.finish_reason == "tool_calls" and g.policy_version == 0
 
 
@@ -158,7 +160,9 @@ def test_streaming_chat_with_tool_call_deltas():
     deltas = [i for i in items if isinstance(i, TokenDelta)]
     [final] = [i for i in items if isinstance(i, Generation)]
     assert "".join(d.text for d in deltas) == final.text == "Let me"
-    assert final.logprobs == [-0.5, -0.25] and final.finish_reason == "tool_calls"
+    assert final.logprobs is None and final.finish_reason == "tool_calls"  # no ids: no logprobs claimed
+    assert [e["token"] for e in final.logprobs_content] == ["Let", " me"]
+    assert [e["logprob"] for d in deltas for e in d.logprobs_content or []] == [-0.5, -0.25]
     assert final.tool_calls == [
         {"id": "call_9", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
     ]
@@ -214,3 +218,83 @@ def test_factory_and_local_tokenizer(tiny_model_path):
     assert b.decode("default", b.encode("default", text)) == text
     with pytest.raises(Exception, match="unknown"):
         build_backend("nope")
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
+         {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+SCHEMA_FORMAT = {"type": "json_schema",
+                 "json_schema": {"name": "answer", "description": "kept as sent", "schema": {"type": "object"}}}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"tool_choice": "auto"},
+        {"tool_choice": "none"},
+        {"tool_choice": "required"},
+        {"tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+        {"parallel_tool_calls": False},
+        {"response_format": SCHEMA_FORMAT},  # no "strict", a description: forwarded as sent, not rebuilt
+        {"tool_choice": "required", "parallel_tool_calls": True, "logprobs": True},
+    ],
+)
+def test_client_fields_are_forwarded_exactly(fields):
+    seen = []
+
+    def handler(request):
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, json=chat_response("m"))
+
+    req = GenerateRequest("default", messages=MSGS, tools=TOOLS, sampling=SamplingParams(max_tokens=5),
+                          client_fields=dict(fields))
+    asyncio.run(make(handler, model="m").generate(req))
+    expected = {"model": "m", "max_tokens": 5, "temperature": 1.0, "top_p": 1.0, "n": 1, "messages": MSGS,
+                "tools": TOOLS, "logprobs": True, **fields}
+    assert seen == [expected]
+
+
+def test_top_logprobs_forwarded_and_read_back_only_when_sent():
+    tops = [{"token": "Sun", "logprob": -0.25, "bytes": [83, 117, 110]}, {"token": "Rain", "logprob": -2.0}]
+    mode = {"tops": True}
+    seen = []
+
+    def handler(request):
+        seen.append(json.loads(request.content))
+        r = chat_response("m")
+        for e in r["choices"][0]["logprobs"]["content"]:
+            e["top_logprobs"] = tops if mode["tops"] else []
+        return httpx.Response(200, json=r)
+
+    b = make(handler, model="m")
+    req = GenerateRequest("default", messages=MSGS, sampling=SamplingParams(max_tokens=5, top_logprobs=2),
+                          client_fields={"logprobs": True})
+    [g] = asyncio.run(b.generate(req))
+    assert seen[0]["logprobs"] is True and seen[0]["top_logprobs"] == 2
+    assert g.logprobs_content[0]["top_logprobs"] == [{"token": "Sun", "logprob": -0.25, "bytes": [83, 117, 110]},
+                                                     {"token": "Rain", "logprob": -2.0, "bytes": None}]
+    assert g.top_logprobs is None  # no (token id, logprob) pairs: the server's ids are unknown here
+    mode["tops"] = False
+    [g] = asyncio.run(b.generate(req))
+    assert all(e["top_logprobs"] == [] for e in g.logprobs_content)  # nothing made up
+
+
+def test_unsupported_logprobs_are_refused_naming_the_parameter():
+    seen = []
+    b = make(lambda r: seen.append(r) or httpx.Response(200, json=chat_response("m", logprobs=False)),
+             logprobs=False, completions=True)
+    assert b.max_top_logprobs == 0
+    for fields, top, param in (({"logprobs": True}, 0, "logprobs"), ({"logprobs": True}, 3, "top_logprobs")):
+        req = GenerateRequest("default", messages=MSGS, sampling=SamplingParams(top_logprobs=top),
+                              client_fields=fields)
+        with pytest.raises(ValidationError) as err:
+            asyncio.run(b.generate(req))
+        assert err.value.context["param"] == param
+    [g] = asyncio.run(b.generate(GenerateRequest("default", messages=MSGS)))  # not asked: served without
+    assert g.logprobs is None and g.logprobs_content is None and "logprobs" not in json.loads(seen[0].content)
+    with pytest.raises(ValidationError, match="at most 20") as err:
+        asyncio.run(make(lambda r: None).generate(
+            GenerateRequest("default", messages=MSGS, sampling=SamplingParams(top_logprobs=21))))
+    assert err.value.context["param"] == "top_logprobs"
+    with pytest.raises(ValidationError) as err:  # /v1/completions: alternatives are read back on chat only
+        asyncio.run(b.generate(GenerateRequest("default", prompt_ids=[1, 2], sampling=SamplingParams(top_logprobs=2))))
+    assert err.value.context["param"] == "logprobs" and len(seen) == 1
