@@ -270,6 +270,18 @@ def test_errors(backend, fake):
         asyncio.run(backend.generate(GenerateRequest("default", messages=MSGS)))
 
 
+def test_prompt_the_server_did_not_run_and_null_logprobs_are_errors(backend, fake):
+    req = GenerateRequest("default", prompt_ids=[5, 6, 7], sampling=SamplingParams(max_tokens=2))
+    orig = fake.choice
+    fake.choice = lambda body, ids, index=0: {**orig(body, ids, index), "prompt_token_ids": [1, *body["prompt"]]}
+    with pytest.raises(BackendError, match="prompt ids"):  # e.g. a BOS added by the server
+        asyncio.run(backend.generate(req))
+    fake.choice = lambda body, ids, index=0: (c := orig(body, ids, index)) and {
+        **c, "logprobs": {**c["logprobs"], "token_logprobs": [None] * len(ids)}}
+    with pytest.raises(BackendError, match="without a logprob"):
+        asyncio.run(backend.generate(req))
+
+
 @pytest.mark.vllm
 @pytest.mark.gpu
 def test_real_vllm_server():
