@@ -5,12 +5,14 @@ ids go to ``/v1/completions`` with ``logprobs``, ``return_tokens_as_token_ids`` 
 ``return_token_ids``, so the response ids and logprobs are the server's own, never re-tokenized
 text. Start the server with ``--logprobs-mode processed_logprobs`` (logprobs after temperature /
 top-p, i.e. of the distribution sampled from) and ``--generation-config vllm`` (no hidden
-sampling defaults from the checkpoint); see docs/policy.md.
+sampling defaults from the checkpoint); see docs/policy.md. The fields sent and read are checked
+against vLLM v0.33.0's protocol source in ``tests/policy/test_vllm_contract.py``.
 
 LoRA: ``load_weights`` writes the adapter to ``adapter_dir/<policy>-v<version>`` and loads it with
-``POST /v1/load_lora_adapter`` under that new name (vLLM does not replace weights when a name is
-reloaded), checks ``/v1/models`` lists it, switches the policy to it, and unloads the previous
-adapter once no request uses it. Every response's ``model`` is checked against the adapter
+``POST /v1/load_lora_adapter`` under that new name (vLLM refuses a loaded name unless
+``load_inplace``, and a new name lets each response's ``model`` say which version ran), checks
+``/v1/models`` lists it, switches the policy to it, and unloads the previous adapter once no
+request uses it. Every response's ``model`` is checked against the adapter
 requested, so a stale adapter is never recorded as the new version.
 
 Not here: starting or supervising the server, full-weight updates (LoRA only), multi-server
@@ -41,7 +43,10 @@ DEFAULT_LORA = {"r": 8, "alpha": 16, "target_modules": "all-linear"}
 
 def _choice_tokens(ch: dict[str, Any]) -> tuple[list[int], list[float] | None]:
     lp = ch.get("logprobs") or {}
-    lps = [float(x) for x in (lp.get("token_logprobs") or [])] or None
+    raw = lp.get("token_logprobs") or []
+    if any(x is None for x in raw):  # vLLM types it list[float | None]: None where it has no logprob
+        raise BackendError("vllm returned a token without a logprob")
+    lps = [float(x) for x in raw] or None
     ids = ch.get("token_ids")
     if ids is None:
         parsed = [token_id(t) for t in lp.get("tokens") or []]
@@ -179,7 +184,7 @@ class VLLMBackend(LocalTokenizer, VersionTable):
             "max_tokens": s.max_tokens,
             "temperature": s.temperature,
             "top_p": s.top_p,
-            "top_k": -1,  # no hidden top-k: the recorded logprobs must describe the whole sampler
+            "top_k": 0,  # no hidden top-k (0 disables it; -1 is only tolerated): logprobs describe the whole sampler
             "n": s.n,
             "logprobs": max(1, s.top_logprobs),
             "return_tokens_as_token_ids": True,
@@ -196,7 +201,8 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         if request.constraint is not None:
             # vLLM's structured outputs on /v1/completions: `structured_outputs: {"grammar": ...}`
             # (StructuredOutputsParams in vllm/sampling_params.py; CompletionRequest.structured_outputs in
-            # vllm/entrypoints/openai/completion/protocol.py, vllm-project/vllm@d5dba2d7, the 0.3x API). We send
+            # vllm/entrypoints/openai/completion/protocol.py; checked against v0.33.0 in
+            # tests/policy/test_vllm_contract.py; the old guided_* fields are ignored there). We send
             # the exact xgrammar grammar the trainer replays, not the schema, so both build the same masks.
             body["structured_outputs"] = {"grammar": self.grammars().ebnf(request.constraint)}
         return ids, body
@@ -225,10 +231,19 @@ class VLLMBackend(LocalTokenizer, VersionTable):
             except BackendError:
                 pass  # unloading is housekeeping; the adapter is no longer requested either way
 
-    def _check_served(self, data: dict[str, Any], name: str, policy: str) -> None:
+    def _check_served(self, data: dict[str, Any], name: str, policy: str, prompt_ids: list[int]) -> None:
         got = data.get("model")
         if got is not None and got != name:
             raise ConflictError(f"vllm served {got!r} instead of {name!r}", policy=policy)
+        # return_token_ids echoes the prompt ids (every choice; a stream's first chunk per choice): the
+        # recorded prompt must be what the server actually ran, not what we meant to send
+        for ch in data.get("choices") or []:
+            echoed = ch.get("prompt_token_ids")
+            if echoed is not None and list(echoed) != prompt_ids:
+                raise BackendError(
+                    f"vllm ran prompt ids that differ from those sent ({len(echoed)} vs {len(prompt_ids)} tokens)",
+                    policy=policy,
+                )
 
     def _generation(
         self, prompt_ids: list[int], ids: list[int], lps: Any, text: str, finish: Any, v: int,
@@ -256,7 +271,7 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         name, version = self._acquire(request.policy)
         try:
             data = await post_json(self._client, "/completions", {"model": name, **body}, policy=request.policy)
-            self._check_served(data, name, request.policy)
+            self._check_served(data, name, request.policy, prompt_ids)
             gens = []
             for ch in sorted(data.get("choices") or [], key=lambda c: c.get("index", 0)):
                 ids, lps = _choice_tokens(ch)
@@ -274,7 +289,7 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         acc: dict[int, dict[str, Any]] = {}
         try:
             async for event in sse_events(self._client, "/completions", {"model": name, **body}, policy=request.policy):
-                self._check_served(event, name, request.policy)
+                self._check_served(event, name, request.policy, prompt_ids)
                 for ch in event.get("choices") or []:
                     i = int(ch.get("index", 0))
                     a = acc.setdefault(i, {"text": "", "ids": [], "lps": [], "tops": [], "finish": None})

@@ -67,7 +67,12 @@ def test_vllm_streams_top_logprobs(vllm):
         return [x async for x in vllm.stream(req)]
 
     items = asyncio.run(collect())
-    assert [len(t) for t in items[-1].top_logprobs] == [1, 1, 1]  # the fake reports the sampled token only
+    final = items[-1]
+    # vLLM sends the sampled token plus the top 2 (3 entries where the sampled one ranks below them)
+    assert [len(t) for t in final.top_logprobs] == [2, 2, 2]
+    for k, (tops, tok, lp) in enumerate(zip(final.top_logprobs, final.response_ids, final.logprobs, strict=True)):
+        assert [v for _, v in tops] == sorted((v for _, v in tops), reverse=True)
+        assert ((tok, lp) in tops) == (k % 2 == 0)  # the fake's sampled token is the top one at even k only
 
 
 def test_upstream_passes_openai_fields():
