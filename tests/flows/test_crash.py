@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -16,25 +14,13 @@ import mlflow
 import pytest
 import sqlalchemy as sa
 
+from flows.drill import boundary_plan, crash_drill, train_process
 from swarm.pool import Pool, StepFilter
 from swarm.train import load_latest_checkpoint
 from swarm.train.journal import audit
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")]
-
-
-def _train(tmp: Path, marker: str, *overrides: str, env: dict[str, str] | None = None,
-           log: str = "train.log") -> subprocess.Popen:
-    """``python -m flows.train`` in its own process group (as a terminal runs it), output to ``log``."""
-    out, uri = tmp / "run", f"sqlite:///{tmp / 'mlruns.db'}"
-    full = {k: v for k, v in os.environ.items() if k not in ("SWARM_CRASH_AT", "PREFECT_API_URL")}
-    full.update({"PREFECT_HOME": str(tmp / "prefect"), "PYTHONPATH": str(REPO), "SWARM_TEST_RUN": marker,
-                 **(env or {})})
-    with (tmp / log).open("w") as f:
-        return subprocess.Popen([sys.executable, "-m", "flows.train", f"train.out_dir={out}",
-                                 f"mlflow.tracking_uri={uri}", "batching.min_groups=1", *overrides],
-                                cwd=REPO, env=full, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _survivors(marker: str) -> list[int]:
@@ -68,7 +54,7 @@ def _mlflow_runs(tmp: Path) -> list:
 def test_signal_stops_cleanly_within_10s(tmp_path: Path, sig: signal.Signals) -> None:
     marker = uuid.uuid4().hex
     out = tmp_path / "run"
-    proc = _train(tmp_path, marker, "train.updates=1000", "train.checkpoint_every=5")
+    proc = train_process(tmp_path, marker, "train.updates=1000", "train.checkpoint_every=5")
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
@@ -117,25 +103,16 @@ def test_sigkill_at_every_boundary_never_trains_a_step_twice(tmp_path: Path) -> 
     from flows.shutdown import own_prefect_server
 
     out = tmp_path / "run"
-    marker = uuid.uuid4().hex
-    common = ("train.updates=6", "train.checkpoint_every=2", "train.lease_ttl_s=2")
-    plan = [("after_update:2", 0.0), ("after_checkpoint:1", 3.0), ("after_publish:1", 0.0),
-            ("after_settle:1", 3.0), (None, 0.0)]
     with own_prefect_server() as api:  # one Prefect server for the five attempts (its own start-up is slow)
-        env = {"PREFECT_API_URL": api} if api else {}
-        for i, (point, delay) in enumerate(plan):
-            proc = _train(tmp_path, marker, *common, env={**env, **({"SWARM_CRASH_AT": point} if point else {})},
-                          log=f"attempt{i}.log")
-            rc = proc.wait(400)
-            log = (tmp_path / f"attempt{i}.log").read_text()
-            if point is None:
-                assert rc == 0, log[-4000:]
-            else:
-                assert rc == -signal.SIGKILL, (point, rc, log[-4000:])
-            assert "Traceback" not in log, log[-3000:]
-            time.sleep(delay)  # 3 s > the 2 s lease TTL: the leases of the killed run have expired
-    result = audit(out / "checkpoints" / "default" / "journal.jsonl")
-    assert result["trained_twice"] == [] and result["lost_updates"] > 0 and result["updates"] == 6
+        drill = crash_drill(tmp_path, uuid.uuid4().hex, boundary_plan(), env={"PREFECT_API_URL": api} if api else {})
+    for a in drill.attempts:
+        if a.point is None:
+            assert a.rc == 0, a.log[-4000:]
+        else:
+            assert a.rc == -signal.SIGKILL, (a.point, a.rc, a.log[-4000:])
+        assert "Traceback" not in a.log, a.log[-3000:]
+    result = drill.audit
+    assert drill.updates == 6 and result["trained_twice"] == [] and result["lost_updates"] > 0 and result["updates"] == 6
     pool = Pool(f"sqlite:///{out / 'pool.db'}")
     try:
         consumed = {s.step_id for s in pool.query_steps(StepFilter(consumed=True), limit=100_000)}

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from flows.serve import spawn
+from swarm.client.load import agent, load_then
 from swarm.pool import Pool, StepFilter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,51 +21,12 @@ REPO = Path(__file__).resolve().parents[2]
 CLIENTS = 32
 
 
-async def _client(url: str, acked: list[str], stop: asyncio.Event, turns: int | None) -> dict[str, Any] | None:
-    """One agent: opens an episode and chats until ``turns`` are done or ``stop`` is set."""
-    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-        try:
-            ep = (await http.post("/v1/episodes", json={"task": "load"})).json()
-        except httpx.HTTPError:
-            return None
-        headers = {"Authorization": f"Bearer {ep['api_key']}"}
-        msgs: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
-        k = 0
-        while not stop.is_set() and (turns is None or k < turns):
-            stream = k % 2 == 1
-            try:
-                if stream:
-                    text, step_id = "", None
-                    async with http.stream("POST", "/v1/chat/completions", headers=headers, json={
-                            "model": "default", "messages": msgs, "stream": True}) as r:
-                        async for line in r.aiter_lines():
-                            if line.startswith("data: {"):
-                                chunk = httpx.Response(200, content=line[6:]).json()
-                                for c in chunk.get("choices", []):
-                                    text += c["delta"].get("content") or ""
-                                step_id = (chunk.get("swarm") or {}).get("step_id") or step_id
-                    if step_id is None:
-                        break
-                else:
-                    r = await http.post("/v1/chat/completions", headers=headers,
-                                        json={"model": "default", "messages": msgs})
-                    if r.status_code != 200:
-                        break
-                    text, step_id = r.json()["choices"][0]["message"]["content"], r.json()["swarm"]["step_id"]
-            except httpx.HTTPError:
-                break
-            acked.append(step_id)  # the server answered: this step is acknowledged
-            msgs += [{"role": "assistant", "content": text}, {"role": "user", "content": f"turn {k}"}]
-            k += 1
-        return ep
-
-
 def test_32_concurrent_clients_every_acknowledged_call_is_stored(gateway: Any) -> None:
     acked: list[str] = []
 
     async def run() -> list[Any]:
         stop = asyncio.Event()
-        return await asyncio.gather(*[_client(gateway.url, acked, stop, turns=4) for _ in range(CLIENTS)])
+        return await asyncio.gather(*[agent(gateway.url, acked, stop, turns=4) for _ in range(CLIENTS)])
 
     eps = asyncio.run(run())
     assert len(acked) == CLIENTS * 4
@@ -87,18 +49,8 @@ def test_kill_9_under_load_loses_no_acknowledged_step(tmp_path: Path) -> None:
     proc, url = _start(db, secret)
     acked: list[str] = []
 
-    async def load() -> list[Any]:
-        stop = asyncio.Event()
-        tasks = [asyncio.create_task(_client(url, acked, stop, turns=None)) for _ in range(CLIENTS)]
-        while len(acked) < 150:
-            await asyncio.sleep(0.02)
-        os.kill(proc.pid, signal.SIGKILL)  # mid-flight: some calls are generating or storing right now
-        results = await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
-        stop.set()
-        return results
-
     try:
-        eps = asyncio.run(load())
+        eps = asyncio.run(load_then(url, CLIENTS, 150, lambda: os.kill(proc.pid, signal.SIGKILL), acked))
     finally:
         proc.kill()
         proc.wait()
