@@ -64,7 +64,9 @@ def target_logprobs(
     the allowed tokens only (the constrained-decoding mask they were sampled under).
 
     ``block_size``: masked rows on an SDPA model use block-sparse tree attention with query
-    blocks of this size (``tree_attention``); None runs the dense mask through plain SDPA.
+    blocks of this size (``tree_attention``); None runs the dense mask through plain SDPA. A model
+    switched to flex attention (``flex_mask.use_flex_attention``) gets a ``BlockMask`` built from
+    ``col.subtree_end`` instead; with gradients it must be on CUDA (ValidationError on CPU).
     ``logit_chunk_elems``: at most this many float logits (positions x vocab) live at once; longer
     target lists are cut into chunks whose logits the backward recomputes (bounded memory for
     real vocabularies). None: :data:`LOGIT_CHUNK_ELEMS`.
