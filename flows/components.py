@@ -148,7 +148,7 @@ def _make_fleet(model: dict[str, Any], policies: list[str], lora: LoraSpec | Non
 
 def make_train_config(algo: dict[str, Any], temperature: float, pad_id: int) -> TrainConfig:
     keys = ("lr", "weight_decay", "max_grad_norm", "clip_low", "clip_high", "ratio", "tis_cap", "kl_coef",
-            "loss_agg", "merge", "token_budget")
+            "loss_agg", "merge", "token_budget", "attention")
     kw = {k: algo[k] for k in keys if k in algo}
     try:
         return TrainConfig(**kw, lora=lora_spec(algo), temperature=temperature, pad_id=pad_id)

@@ -3,7 +3,10 @@
 ``collate`` turns a few :class:`PackedRow` into model inputs. Rows that are all plain causal
 sequences get no mask at all (the model's own causal path, the fastest kernels); otherwise a
 boolean 4D mask ``(B, 1, L, L)`` is built from ``subtree_end``: True where attention is allowed.
-Padding tokens attend only to themselves and nothing attends to them.
+Padding tokens attend only to themselves and nothing attends to them. The padded ``subtree_end``
+``(B, L)`` travels with it, so a flex-attention forward can build its block mask from the tree
+instead (``swarm.train.flex_mask``); ``dense_mask=False`` then skips the ``B·L²`` bytes of the
+boolean mask.
 
 This module does not run the model (see ``swarm.train.forward``).
 """
@@ -32,6 +35,7 @@ class Collated:
     target_item: torch.Tensor  # (T,) index into the batch's items
     target_offset: torch.Tensor  # (T,) response token index within the item
     n_tokens: int  # real (unpadded) tokens
+    subtree_end: torch.Tensor | None = None  # (B, L) long, None on the causal fast path
 
 
 def micro_batches(rows: list[PackedRow], token_budget: int) -> list[list[int]]:
@@ -58,8 +62,12 @@ def tree_attention_mask(subtree_end: torch.Tensor) -> torch.Tensor:
     return (causal[None] & inside)[:, None]
 
 
-def collate(rows: list[PackedRow], pad_id: int = 0, force_mask: bool = False) -> Collated:
-    """Pad rows on the right and build the mask (skipped when every row is a plain chain)."""
+def collate(rows: list[PackedRow], pad_id: int = 0, force_mask: bool = False, dense_mask: bool = True) -> Collated:
+    """Pad rows on the right and build the mask (skipped when every row is a plain chain).
+
+    ``dense_mask=False``: keep only ``subtree_end`` (``attention_mask`` None) for a forward that
+    builds its own mask from it.
+    """
     length = max(len(r) for r in rows)
     b = len(rows)
     ids = torch.full((b, length), pad_id, dtype=torch.long)
@@ -80,11 +88,12 @@ def collate(rows: list[PackedRow], pad_id: int = 0, force_mask: bool = False) ->
     return Collated(
         input_ids=ids,
         position_ids=None if chains else pos,
-        attention_mask=None if chains else tree_attention_mask(end),
+        attention_mask=None if chains or not dense_mask else tree_attention_mask(end),
         predict_row=torch.tensor(pr, dtype=torch.long),
         predict_pos=torch.tensor(pp, dtype=torch.long),
         target_ids=torch.tensor(tid, dtype=torch.long),
         target_item=torch.tensor(ti, dtype=torch.long),
         target_offset=torch.tensor(to, dtype=torch.long),
         n_tokens=sum(len(r) for r in rows),
+        subtree_end=None if chains else end,
     )

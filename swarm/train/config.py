@@ -42,6 +42,9 @@ class TrainConfig:
     ``ratio``: ``behaviour`` = PPO ratio against the gateway's logprobs; ``decoupled`` = ratio
     against the trainer's own (detached) logprobs with TIS weight ``min(pi/mu, tis_cap)``.
     ``lora = None`` means full fine-tuning. ``temperature`` must be the sampling temperature.
+    ``attention``: how tree-merged rows are attended. ``dense`` = a boolean ``(B, 1, L, L)`` mask
+    per micro-batch (block-sparse SDPA on SDPA models); ``flex`` = the model switched to flex
+    attention with a block mask built from the tree (CUDA only: torch has no flex backward on CPU).
     """
 
     lr: float = 1e-5
@@ -59,6 +62,7 @@ class TrainConfig:
     token_budget: int = 4096
     lora: LoraSpec | None = field(default_factory=LoraSpec)
     pad_id: int = 0
+    attention: Literal["dense", "flex"] = "dense"
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ValidationError:
@@ -78,6 +82,8 @@ class TrainConfig:
             raise bad("tis_cap", "must be > 0 and needs ratio='decoupled' (with 'behaviour' the ratio already is pi/mu)")
         if self.loss_agg not in ("token", "sequence"):
             raise bad("loss_agg", f"must be 'token' or 'sequence', got {self.loss_agg!r}")
+        if self.attention not in ("dense", "flex"):
+            raise bad("attention", f"must be 'dense' or 'flex' (flex: CUDA only), got {self.attention!r}")
         if self.kl_coef < 0:
             raise bad("kl_coef", f"must be >= 0, got {self.kl_coef}")
         if not (0 <= self.clip_low < 1 and self.clip_high >= 0):

@@ -9,9 +9,19 @@ backend sampled from; targets sampled under a grammar (``allowed``, see
 ``swarm.train.constraint``) are normalised over the tokens the grammar allowed there, as the
 backend's masked sampling was.
 
-Works for peft-wrapped models (LoRA layers live inside the decoder) and plain ones. The mask is
-boolean for SDPA, additive float for other attention implementations; flash-attention kernels
-cannot take an arbitrary tree mask. Does not compute losses.
+Works for peft-wrapped models (LoRA layers live inside the decoder) and plain ones. The tree
+mask takes the form the model's attention implementation needs:
+
+- ``flex_attention`` (``train.attention: flex``): a ``BlockMask`` built from the rows'
+  ``subtree_end`` (``swarm.train.flex_mask``), no dense mask at all; CUDA only for training.
+- ``sdpa``: the boolean ``(B, 1, L, L)`` mask, cut into query blocks for block-sparse SDPA
+  (``swarm.train.tree_attention``) or whole with ``block_size=None``.
+- anything else (``eager``): an additive float mask in the model's dtype, because transformers'
+  eager attention adds the mask to the scores (``attn_weights + attention_mask``) and so cannot
+  take a boolean one. Its ``B·L²·itemsize`` bytes are small beside the ``B·H·L²`` scores that
+  eager attention itself keeps per layer.
+
+Flash-attention kernels cannot take an arbitrary tree mask. Does not compute losses.
 """
 
 from __future__ import annotations
@@ -20,9 +30,11 @@ import contextlib
 import functools
 
 import torch
+from torch.nn.attention.flex_attention import BlockMask
 from torch.utils.checkpoint import checkpoint
 
-from swarm.merge.collate import Collated
+from swarm.merge.collate import Collated, tree_attention_mask
+from swarm.train.flex_mask import FLEX_IMPL, check_flex_device, tree_block_mask
 from swarm.train.tree_attention import IMPL, block_plan, tree_attention
 
 __all__ = ["target_logprobs", "base_causal_lm", "LOGIT_CHUNK_ELEMS"]
@@ -52,22 +64,30 @@ def target_logprobs(
     the allowed tokens only (the constrained-decoding mask they were sampled under).
 
     ``block_size``: masked rows on an SDPA model use block-sparse tree attention with query
-    blocks of this size (``tree_attention``); None runs the dense mask through plain SDPA.
+    blocks of this size (``tree_attention``); None runs the dense mask through plain SDPA. A model
+    switched to flex attention (``flex_mask.use_flex_attention``) gets a ``BlockMask`` built from
+    ``col.subtree_end`` instead; with gradients it must be on CUDA (ValidationError on CPU).
     ``logit_chunk_elems``: at most this many float logits (positions x vocab) live at once; longer
     target lists are cut into chunks whose logits the backward recomputes (bounded memory for
     real vocabularies). None: :data:`LOGIT_CHUNK_ELEMS`.
     """
     lm = base_causal_lm(model)
     device = next(lm.parameters()).device
-    mask = col.attention_mask
+    impl = lm.config._attn_implementation
+    mask: torch.Tensor | BlockMask | None = col.attention_mask
     ctx: contextlib.AbstractContextManager = contextlib.nullcontext()
     extra = {}
-    if mask is not None:
+    if impl == FLEX_IMPL and col.subtree_end is not None:
+        check_flex_device(device, torch.is_grad_enabled() and any(p.requires_grad for p in lm.parameters()))
+        mask = tree_block_mask(col.subtree_end.to(device))
+    elif mask is None and col.subtree_end is not None:  # collated for flex, run on another attention
+        mask = tree_attention_mask(col.subtree_end)
+    if isinstance(mask, torch.Tensor):
         mask = mask.to(device)
-        if lm.config._attn_implementation in ("sdpa", IMPL) and block_size:
+        if impl in ("sdpa", IMPL) and block_size:
             extra["swarm_tree_plan"] = block_plan(mask, block_size)
             ctx = tree_attention(lm)
-        elif lm.config._attn_implementation not in ("sdpa", IMPL):
+        elif impl not in ("sdpa", IMPL):
             dtype = next(lm.parameters()).dtype
             mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill(~mask, torch.finfo(dtype).min)
     with ctx:

@@ -38,7 +38,8 @@ from swarm.train.batch_loss import BatchWeights, LossSums, MicroLoss, batch_weig
 from swarm.train.checkpoint import commit_checkpoint, load_latest_checkpoint
 from swarm.train.config import TrainConfig
 from swarm.train.constraint import ConstraintReplay, target_allowed
-from swarm.train.forward import target_logprobs
+from swarm.train.flex_mask import check_flex_device, use_flex_attention
+from swarm.train.forward import base_causal_lm, target_logprobs
 from swarm.train.publish import adapter_state, is_peft, save_adapter
 
 __all__ = ["Trainer"]
@@ -50,6 +51,8 @@ class Trainer:
     ``device`` moves the model (and ``ref_model``) there, e.g. ``"cuda:0"``; None leaves them
     where they are. ``tokenizer`` (an HF tokenizer or its path; default the backend's) replays the
     grammar of constrained steps so they are scored under their sampling masks. Under torch.distributed the trainable weights start as rank 0's.
+    With ``config.attention == "flex"`` the model (a shared base: for every policy on it) is
+    switched to flex attention for good.
     """
 
     def __init__(
@@ -91,6 +94,8 @@ class Trainer:
             ref_model = None if ref_model is None else ref_model.to(device)
         self.model = model
         self.ref_model = ref_model
+        if self.config.attention == "flex":
+            self._use_flex()
         if self.config.kl_coef > 0 and not is_peft(model) and ref_model is None:
             raise ValidationError("train.kl_coef > 0 with full fine-tuning needs a ref_model (or use lora)")
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -169,10 +174,18 @@ class Trainer:
         metrics.update(advantage_stats([it.advantage for it in items]))
         return metrics
 
+    def _use_flex(self) -> None:
+        """Switch the model (and ref model) to flex attention; refuse a CPU model (no flex backward there)."""
+        models = [m for m in (self.model, self.ref_model) if m is not None]
+        check_flex_device(next(self.model.parameters()).device, needs_grad=True)
+        for m in models:
+            use_flex_attention(base_causal_lm(m))
+
     def _micro_batches(self, rows: list[PackedRow]) -> Iterator[Collated]:
         """This rank's micro-batches of ``rows`` within the token budget, collated; empty ones skipped."""
+        dense = self.config.attention == "dense"
         for group in distributed.shard(micro_batches(rows, self.config.token_budget)):
-            col = collate([rows[i] for i in group], pad_id=self.config.pad_id)
+            col = collate([rows[i] for i in group], pad_id=self.config.pad_id, dense_mask=dense)
             if col.target_ids.numel() > 0:
                 yield col
 
