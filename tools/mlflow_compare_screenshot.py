@@ -2,8 +2,8 @@
 
 Runs ``python -m flows.train`` twice on the CPU default (``algo.lr=3e-3`` and ``algo.lr=1e-3``,
 ``--updates`` each) into one temporary MLflow store, serves it with ``mlflow server`` on
-127.0.0.1, and saves MLflow's runs table (sorted by ``summary/reward_last10``) and its compare
-view of the two runs with Debian's headless chromium (playwright):
+127.0.0.1, and saves MLflow's compare view of the two runs (``docs/img/mlflow-compare.png``) with
+Debian's headless chromium (playwright):
 
     .venv/bin/python tools/mlflow_compare_screenshot.py [--updates 8] [--out docs/img]
 """
@@ -71,21 +71,20 @@ def main() -> None:
             deadline = time.monotonic() + 120
             while True:
                 try:
-                    page.goto(f"{base}/#/experiments/{exp}", wait_until="networkidle")
+                    page.goto(f"{base}/#/experiments/{exp}", wait_until="load")  # the UI polls: never idle
                     break
                 except Exception:  # noqa: BLE001 - the server is still starting
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(1)
-            page.wait_for_timeout(3000)
+            page.wait_for_timeout(8000)
             args.out.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(args.out / "mlflow-runs.png"))
             page.goto(f"{base}/#/compare-runs?runs={json.dumps(ids)}&experiments={json.dumps([exp])}",
-                      wait_until="networkidle")
-            page.wait_for_timeout(3000)
+                      wait_until="load")
+            page.wait_for_timeout(8000)
             page.screenshot(path=str(args.out / "mlflow-compare.png"), full_page=False)
             browser.close()
-        print(f"saved {args.out / 'mlflow-runs.png'} and {args.out / 'mlflow-compare.png'} (runs {ids})")
+        print(f"saved {args.out / 'mlflow-compare.png'} (runs {ids})")
     finally:
         server.terminate()
         server.wait(20)
