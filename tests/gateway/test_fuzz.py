@@ -104,7 +104,9 @@ def test_schemathesis_finds_no_5xx(pool_url: str, tmp_path: Path) -> None:
                for p in ("coverage", "fuzzing", "stateful")), out
     assert result["operations"]["tested"] >= 25 and result["test_cases"]["with_failures"] == 0
     served = sum(app.statuses.values())
-    print(f"schemathesis: {result['test_cases']['generated']} cases, {served} requests served, "
+    ops = result["operations"]["tested"]
+    print(f"schemathesis: {result['test_cases']['generated']} cases over {ops} operations "
+          f"({result['test_cases']['generated'] / ops:.0f} per operation), {served} requests served, "
           f"statuses {dict(sorted(app.statuses.items()))}, fuzzer-internal generation errors {tolerated}")
     assert served >= 500, (app.statuses, out)
     assert sum(n for s, n in app.statuses.items() if s >= 500) == 0, app.statuses
