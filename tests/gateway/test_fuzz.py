@@ -95,13 +95,14 @@ def test_schemathesis_finds_no_5xx(pool_url: str, tmp_path: Path) -> None:
     # (seen once: "SystemError: AST constructor recursion depth mismatch ... while generating"): that says
     # nothing about the gateway, so it is reported, not failed; any other error (a refused connection,
     # a timeout: the server died) fails the test
+    generation_failed = "while generating" in out and "SystemError" in out
     errors = [e for e in result.get("errors") or [] if not _generation_error(e, out)]
-    tolerated = len(result.get("errors") or []) - len(errors)
+    tolerated = len(result.get("errors") or []) - len(errors) + int(generation_failed)
     assert result.get("failures") == [] and errors == [], out
-    assert result["_rc"] == 0 or tolerated, out
+    assert result["_rc"] == 0 or generation_failed, out
     phases = result["phases"]
-    assert all(phases[p]["status"] in (("success", "errored") if tolerated else ("success",))
-               for p in ("coverage", "fuzzing", "stateful")), out
+    allowed = ("success", "error") if generation_failed else ("success",)
+    assert all(phases[p]["status"] in allowed for p in ("coverage", "fuzzing", "stateful")), (phases, out)
     assert result["operations"]["tested"] >= 25 and result["test_cases"]["with_failures"] == 0
     served = sum(app.statuses.values())
     ops = result["operations"]["tested"]
