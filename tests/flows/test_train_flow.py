@@ -139,7 +139,7 @@ def test_killed_worker_does_not_stop_training(flow_config) -> None:
 
     from swarm.records import EpisodeStatus
 
-    cfg = flow_config("runner=process", "runner.processes=2", "runner.workers=2", "train.updates=4",
+    cfg = flow_config("runner=process", "runner.processes=2", "runner.workers=2", "train.updates=8",
                       "task.episode_timeout_s=3", "gateway.sweep_interval_s=0.5", "batching.min_groups=1")
     result: dict = {}
     Path(cfg["train"]["out_dir"]).mkdir(parents=True, exist_ok=True)
@@ -152,19 +152,23 @@ def test_killed_worker_does_not_stop_training(flow_config) -> None:
     try:
         while victim is None and time.monotonic() < deadline:
             workers = [p for p in me.children(recursive=True) if "swarm.client" in " ".join(p.cmdline())]
-            opened = pool.query_episodes(StepFilter(episode_status=EpisodeStatus.open), limit=10)
-            if len(workers) == 2 and opened:
-                victim = workers[0]
+            opened = pool.query_episodes(StepFilter(episode_status=EpisodeStatus.open), limit=100)
+            # the victim must own an open episode right now (client ids are worker-<pid>-...)
+            owners = [w for w in workers if any(f"worker-{w.pid}-" in (e.client_id or "") for e in opened)]
+            if len(workers) == 2 and owners:
+                victim = owners[0]
                 os.kill(victim.pid, signal.SIGKILL)
-            time.sleep(0.2)
+            time.sleep(0.1)
         assert victim is not None, "no worker process with an open episode appeared"
-        t.join(timeout=300)
-        assert not t.is_alive() and result["status"] == "FINISHED" and result["updates"] == 4
-        deadline = time.monotonic() + 10
+        # the gateway's sweeper abandons it while the run goes on (the gateway stops with the run)
+        deadline = time.monotonic() + 120
         abandoned = []
-        while not abandoned and time.monotonic() < deadline:
-            abandoned = pool.query_episodes(StepFilter(episode_status=EpisodeStatus.abandoned), limit=100)
-            time.sleep(0.5)
+        while not abandoned and time.monotonic() < deadline and t.is_alive():
+            abandoned = [e for e in pool.query_episodes(StepFilter(episode_status=EpisodeStatus.abandoned), limit=100)
+                         if f"worker-{victim.pid}-" in (e.client_id or "")]
+            time.sleep(0.2)
+        t.join(timeout=300)
+        assert not t.is_alive() and result["status"] == "FINISHED" and result["updates"] == 8
         assert abandoned, "the killed worker's open episode was not abandoned"
         assert pool.count_steps(StepFilter(episode_status=EpisodeStatus.abandoned, consumed=True)) == 0
     finally:
