@@ -23,6 +23,7 @@ from swarm.dashboard.svg import PALETTE
 from swarm.merge import MODES, PrefixTrie, TrainSeq, merge_items
 from swarm.pool import Pool
 from swarm.pool.blocks import split_hashes, unpack_ids
+from swarm.pool.checks import chunks
 from swarm.pool.schema import blocks as B
 from swarm.pool.schema import steps as S
 
@@ -42,8 +43,8 @@ def load_sequences(pool: Pool, *, lease_id: str | None = None, group_id: str | N
         rows = list(c.execute(q).mappings())
         keys = sorted({k for r in rows for k in split_hashes(r["block_keys"])})
         found: dict[bytes, bytes] = {}
-        for i in range(0, len(keys), 500):
-            found.update(c.execute(sa.select(B.c.key, B.c.tokens).where(B.c.key.in_(keys[i:i + 500]))).all())
+        for chunk in chunks(keys):
+            found.update(c.execute(sa.select(B.c.key, B.c.tokens).where(B.c.key.in_(chunk))).all())
     out = []
     for r in rows:
         ids = unpack_ids(b"".join(found.get(k, b"") for k in split_hashes(r["block_keys"])) + r["tail"])

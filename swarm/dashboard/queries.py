@@ -20,6 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from swarm.pool import Pool, StepFilter
+from swarm.pool.checks import chunks
 from swarm.pool.query import JOIN, REWARD, REWARD_FINAL, step_conditions
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import labels as L
@@ -318,8 +319,8 @@ def labels_of(pool: Pool, target_ids: list[str]) -> dict[str, list[dict[str, Any
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     ids = sorted(set(target_ids))
     with read(pool) as c:
-        for i in range(0, len(ids), 500):
-            q = sa.select(L).where(L.c.target_id.in_(ids[i:i + 500])).order_by(L.c.created_at)
+        for chunk in chunks(ids):
+            q = sa.select(L).where(L.c.target_id.in_(chunk)).order_by(L.c.created_at)
             for r in c.execute(q).mappings():
                 out[r["target_id"]].append(dict(r))
     return out
