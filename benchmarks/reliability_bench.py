@@ -71,7 +71,7 @@ from flows.serve import spawn  # noqa: E402
 from flows.shutdown import own_prefect_server  # noqa: E402
 from swarm.client.load import load_then  # noqa: E402
 from swarm.gateway import GatewaySettings, create_app  # noqa: E402
-from swarm.gateway.hostile import FORGE, out_of_vocab_steps, unstorable_requests, whitebox  # noqa: E402
+from swarm.gateway.hostile import FORGE, out_of_vocab_steps, trickle, unstorable_requests, whitebox  # noqa: E402
 from swarm.policy.echo import EchoBackend  # noqa: E402
 from swarm.pool import Pool, StepFilter  # noqa: E402
 from swarm.stack import ServerThread  # noqa: E402
@@ -174,26 +174,14 @@ def connections(pool_url: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         head = b"POST /v1/steps HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 1000
-        ok = calls = 0
+        health: list[bool] = []
+
+        def check_health() -> None:  # ordinary calls while the head trickles in
+            health.append(httpx.get(server.url + "/health", timeout=5).status_code == 200)
+
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
-            s.settimeout(0.1)
-            t0 = time.monotonic()
-            closed_after = None
-            for i in range(len(head)):
-                try:
-                    s.send(head[i:i + 1])
-                    if s.recv(4096) == b"":
-                        closed_after = time.monotonic() - t0
-                except TimeoutError:
-                    pass
-                except (ConnectionResetError, BrokenPipeError):
-                    closed_after = time.monotonic() - t0
-                if closed_after is not None or time.monotonic() - t0 > 30:
-                    break
-                if i % 3 == 0:
-                    calls += 1
-                    ok += httpx.get(server.url + "/health", timeout=5).status_code == 200
-        out.update(slowloris_closed_after_s=closed_after, health_ok=ok, health_calls=calls)
+            closed_after = trickle(s, head, 0.1, 30, meanwhile=check_health, meanwhile_every=3)
+        out.update(slowloris_closed_after_s=closed_after, health_ok=sum(health), health_calls=len(health))
         held = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(3)]
         try:
             for h in held:

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from swarm.gateway.connections import RateLimitedLog, RateLimitFilter
+from swarm.gateway.hostile import trickle
 
 FAST = {"timeout_keep_alive_s": 1.5, "timeout_request_head_s": 1.0, "timeout_request_body_s": 1.5}
 
@@ -28,47 +29,18 @@ def _raw(url: str) -> Iterator[socket.socket]:
         s.close()
 
 
-def _closed_after(s: socket.socket, trickle: bytes, every_s: float, limit_s: float) -> float | None:
-    """Send ``trickle`` a byte every ``every_s`` until the server closes; seconds it took, None if it never did."""
-    s.settimeout(every_s)
-    t0 = time.monotonic()
-    i = 0
-    while time.monotonic() - t0 < limit_s:
-        try:
-            if i < len(trickle):
-                s.send(trickle[i:i + 1])
-                i += 1
-            if s.recv(4096) == b"":
-                return time.monotonic() - t0
-        except TimeoutError:
-            continue
-        except (ConnectionResetError, BrokenPipeError):
-            return time.monotonic() - t0
-    return None
-
-
 def test_slowloris_head_is_disconnected_while_calls_go_on(make_gateway: Any) -> None:
     gw = make_gateway(**FAST)
     head = b"POST /v1/steps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Pad: " + b"a" * 200
-    with _raw(gw.url) as s:
-        s.settimeout(0.1)
-        t0 = time.monotonic()
-        took = None
-        calls = 0
-        i = 0
-        while time.monotonic() - t0 < 10 and took is None:
-            try:
-                s.send(head[i:i + 1])  # never finishes the head
-                i += 1
-                if s.recv(4096) == b"":
-                    took = time.monotonic() - t0
-            except TimeoutError:
-                pass
-            except (ConnectionResetError, BrokenPipeError):
-                took = time.monotonic() - t0
-            if i % 2 == 0:  # meanwhile normal calls are served
-                assert httpx.get(gw.url + "/health", timeout=5).status_code == 200
-                calls += 1
+    calls = 0
+
+    def health() -> None:  # meanwhile normal calls are served
+        nonlocal calls
+        assert httpx.get(gw.url + "/health", timeout=5).status_code == 200
+        calls += 1
+
+    with _raw(gw.url) as s:  # the head is never finished
+        took = trickle(s, head, 0.1, 10, meanwhile=health, meanwhile_every=2)
         assert took is not None and 0.9 <= took < 4, took
         assert calls >= 2
     assert gw.http.get("/health").status_code == 200
@@ -77,14 +49,14 @@ def test_slowloris_head_is_disconnected_while_calls_go_on(make_gateway: Any) -> 
 def test_silent_connections_and_slow_bodies_are_closed(make_gateway: Any) -> None:
     gw = make_gateway(**FAST)
     with _raw(gw.url) as idle:  # connects and never says anything
-        took = _closed_after(idle, b"", 0.1, 8)
+        took = trickle(idle, b"", 0.1, 8)
         assert took is not None and 1.0 <= took < 5, took
     body = b'{"steps": [{"prompt_ids": [1], "response_ids": [2]}]}'
     head = (b"POST /v1/episodes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body))
     with _raw(gw.url) as slow:  # a complete head, then the body at ~3 bytes/s
         slow.sendall(head)
-        took = _closed_after(slow, body, 0.3, 8)
+        took = trickle(slow, body, 0.3, 8)
         assert took is not None and took < 5, took
     assert gw.http.get("/health").status_code == 200
     # an ordinary client that keeps its connection between calls is unaffected
