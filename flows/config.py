@@ -128,7 +128,9 @@ def validate(resolved: dict[str, Any], overrides: list[str] | None = None) -> Ru
             key = _where(err["loc"])
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
-                lines.append(f"{key}: unknown key{_hint(key, data)}")
+                section, _, leaf = key.rpartition(".")
+                hint = unknown_key_hint(leaf, _section_keys(section, data), cutoff=0.6, section=section)
+                lines.append(f"{key}: unknown key{hint}")
             elif err["type"] == "missing":
                 lines.append(f"{key}: missing (set {key}=...)")
             elif key:
@@ -148,20 +150,22 @@ def _value(data: dict[str, Any], loc: tuple[Any, ...]) -> Any:
     return cur
 
 
-def _hint(key: str, data: dict[str, Any]) -> str:
-    section, _, leaf = key.rpartition(".")
-    known = list(_value(data, tuple(section.split("."))).keys()) if section else list(data)
+def _section_keys(section: str, data: dict[str, Any]) -> list[str]:
+    """The names a config ``section`` ('' for the top level) may hold: its model's fields, else its keys."""
     fields = RunConfig.model_fields.get(section)
     if fields is not None and isinstance(fields.annotation, type) and issubclass(fields.annotation, BaseModel):
-        known = list(fields.annotation.model_fields)
-    close = difflib.get_close_matches(leaf, known, n=1)
+        return list(fields.annotation.model_fields)
+    return list(_value(data, tuple(section.split("."))).keys()) if section else list(data)
+
+
+def unknown_key_hint(key: str, known: list[str], *, cutoff: float = 0.75, section: str = "") -> str:
+    """`` (did you mean train.updates?)`` for a mistyped ``key`` among ``known``, '' if none is close.
+
+    ``key`` and ``known`` are dotted keys; or, with ``section``, the names inside that section (the
+    suggestion is then spelled ``section.name``).
+    """
+    close = difflib.get_close_matches(key, known, n=1, cutoff=cutoff)
     return f" (did you mean {section + '.' if section else ''}{close[0]}?)" if close else ""
-
-
-def unknown_key_hint(key: str, known: list[str]) -> str:
-    """``did you mean train.updates?`` for a mistyped dotted ``key`` among ``known`` dotted keys ('' if none)."""
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
-    return f"did you mean {close[0]}?" if close else ""
 
 
 def check_pool_url(url: str, timeout_s: float = 3.0) -> None:

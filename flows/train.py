@@ -81,10 +81,8 @@ def _check_overrides(overrides: list[str]) -> None:
             known = _flat_keys(OmegaConf.to_container(compose(config_name="train", overrides=groups)))
         except ConfigCompositionException:
             known = []
-    hint = unknown_key_hint(key, known)
     value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == key), "...")
-    _fail(f"{key}: no such config key" + (f" ({hint})" if hint else "")
-          + f"; a new key is added with +{key}={value}")
+    _fail(f"{key}: no such config key{unknown_key_hint(key, known)}; a new key is added with +{key}={value}")
 
 
 def _prepare_argv(argv: list[str]) -> tuple[list[str], bool]:
