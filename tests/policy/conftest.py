@@ -1,4 +1,5 @@
-"""Policy-test fixtures: one torch thread (much faster on a shared CPU), a tiny-model HF backend."""
+"""Policy-test fixtures: one torch thread (much faster on a shared CPU), a tiny-model HF backend, a vLLM
+client against the fake server of ``test_vllm.py``."""
 
 from __future__ import annotations
 
@@ -25,3 +26,24 @@ def lora_backend(tiny_model_path):
     backend = HFBackend(str(tiny_model_path), policies={"a": {"r": 4}, "b": {"r": 4}, "base": None}, batch_wait_ms=20)
     yield backend
     backend.close()
+
+
+@pytest.fixture
+def fake_vllm(tiny_model_path):
+    """A fake ``vllm serve`` (``test_vllm.FakeVLLM``) with the tiny model's tokenizer; it records requests."""
+    from test_vllm import FakeVLLM
+    from transformers import AutoTokenizer
+
+    return FakeVLLM(AutoTokenizer.from_pretrained(tiny_model_path))
+
+
+@pytest.fixture
+def vllm_backend(fake_vllm, tiny_model_path, tmp_path):
+    """A VLLMBackend (policy ``default``) talking to ``fake_vllm`` through an httpx MockTransport."""
+    import httpx
+    from test_vllm import BASE
+
+    from swarm.policy.vllm import VLLMBackend
+
+    return VLLMBackend("http://gpu.test:8000", BASE, policies=["default"], tokenizer_path=str(tiny_model_path),
+                       transport=httpx.MockTransport(fake_vllm), adapter_dir=str(tmp_path / "adapters"))

@@ -9,12 +9,10 @@ import pytest
 import torch
 import xgrammar as xgr
 from test_upstream import chat_response, make
-from test_vllm import BASE, FakeVLLM
 
 from swarm.errors import ValidationError
 from swarm.policy.base import GenerateRequest, SamplingParams
 from swarm.policy.constraint import Constraint, Grammars, _unpack, request_constraint
-from swarm.policy.vllm import VLLMBackend
 
 VOTE = {"type": "object", "properties": {"target": {"type": "string", "enum": ["ann", "bo"]}},
         "required": ["target"], "additionalProperties": False}
@@ -24,47 +22,34 @@ TOOLS2 = TOOLS + [{"type": "function", "function": {"name": "wait"}}]
 MSGS = [{"role": "user", "content": "vote"}]
 
 
-@pytest.fixture
-def fake(tiny_model_path):
-    from transformers import AutoTokenizer
-
-    return FakeVLLM(AutoTokenizer.from_pretrained(tiny_model_path))
-
-
-@pytest.fixture
-def vllm(fake, tiny_model_path, tmp_path):
-    return VLLMBackend("http://gpu.test:8000", BASE, policies=["default"], tokenizer_path=str(tiny_model_path),
-                       transport=httpx.MockTransport(fake), adapter_dir=str(tmp_path / "adapters"))
-
-
 @pytest.mark.parametrize("constraint", [request_constraint(RF), request_constraint(None, "required", TOOLS)])
-def test_vllm_gets_the_exact_grammar_and_the_step_its_replay_record(vllm, fake, constraint):
+def test_vllm_gets_the_exact_grammar_and_the_step_its_replay_record(vllm_backend, fake_vllm, constraint):
     req = GenerateRequest("default", messages=MSGS, tools=TOOLS, constraint=constraint,
                           sampling=SamplingParams(max_tokens=4, top_logprobs=1))
-    gens = asyncio.run(vllm.generate(req))
-    _, body = fake.requests[-1]
+    gens = asyncio.run(vllm_backend.generate(req))
+    _, body = fake_vllm.requests[-1]
     ebnf = body["structured_outputs"]["grammar"]
     assert body["logprobs"] == 1 and gens[0].top_logprobs and gens[0].constraint["kind"] == constraint.kind
     # the EBNF text vLLM compiles is our grammar: the same masks along a valid reply
-    g = Grammars(vllm.tokenizer, len(vllm.tokenizer), [vllm.tokenizer.eos_token_id])
+    g = Grammars(vllm_backend.tokenizer, len(vllm_backend.tokenizer), [vllm_backend.tokenizer.eos_token_id])
     reply = '{"target":"bo"}' if constraint.kind == "json_schema" else \
         '<tool_call>\n{"name": "vote", "arguments": {"target": "ann"}}\n</tool_call>'
-    ids = vllm.encode("default", reply) + [vllm.tokenizer.eos_token_id]
+    ids = vllm_backend.encode("default", reply) + [vllm_backend.tokenizer.eos_token_id]
     ours = g.masks(constraint, ids)
     compiler = g._compiler(("<tool_call>", "</tool_call>") if constraint.kind == "tool_call" else ())
     theirs = xgr.GrammarMatcher(compiler.compile_grammar(ebnf))  # parsed back from the text sent
-    buf = xgr.allocate_token_bitmask(1, len(vllm.tokenizer))
+    buf = xgr.allocate_token_bitmask(1, len(vllm_backend.tokenizer))
     for k, t in enumerate(ids):
         theirs.fill_next_token_bitmask(buf)
-        assert torch.equal(_unpack(buf[0], len(vllm.tokenizer)), ours[k]), k
+        assert torch.equal(_unpack(buf[0], len(vllm_backend.tokenizer)), ours[k]), k
         assert theirs.accept_token(t)
 
 
-def test_vllm_streams_top_logprobs(vllm):
+def test_vllm_streams_top_logprobs(vllm_backend):
     req = GenerateRequest("default", messages=MSGS, sampling=SamplingParams(max_tokens=3, top_logprobs=2))
 
     async def collect():
-        return [x async for x in vllm.stream(req)]
+        return [x async for x in vllm_backend.stream(req)]
 
     items = asyncio.run(collect())
     final = items[-1]

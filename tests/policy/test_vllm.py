@@ -161,54 +161,35 @@ class FakeVLLM:
         return ("".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n").encode()
 
 
-@pytest.fixture
-def fake(tiny_model_path):
-    from transformers import AutoTokenizer
-
-    return FakeVLLM(AutoTokenizer.from_pretrained(tiny_model_path))
-
-
-@pytest.fixture
-def backend(fake, tiny_model_path, tmp_path):
-    return VLLMBackend(
-        "http://gpu.test:8000",
-        BASE,
-        policies=["default"],
-        tokenizer_path=str(tiny_model_path),
-        transport=httpx.MockTransport(fake),
-        adapter_dir=str(tmp_path / "adapters"),
-    )
-
-
-def test_generate_sends_exact_prompt_ids_and_parses_tokens(backend, fake):
-    assert isinstance(backend, PolicyBackend)
+def test_generate_sends_exact_prompt_ids_and_parses_tokens(vllm_backend, fake_vllm):
+    assert isinstance(vllm_backend, PolicyBackend)
     req = GenerateRequest("default", messages=MSGS, sampling=SamplingParams(max_tokens=6, temperature=0.8, seed=4, n=2))
-    gens = asyncio.run(backend.generate(req))
-    path, body = fake.requests[-1]
-    expected_prompt = backend.encode("default", backend.render_chat("default", MSGS, None, True))
+    gens = asyncio.run(vllm_backend.generate(req))
+    path, body = fake_vllm.requests[-1]
+    expected_prompt = vllm_backend.encode("default", vllm_backend.render_chat("default", MSGS, None, True))
     assert path == "/v1/completions" and body["prompt"] == expected_prompt and body["model"] == BASE
     assert body["return_tokens_as_token_ids"] and body["return_token_ids"] and body["logprobs"] == 1
     assert len(gens) == 2
     g = gens[0]
     assert g.prompt_ids == expected_prompt and g.response_ids[-1] == 2 and len(g.response_ids) == 6
-    assert g.logprobs == pytest.approx([fake.logprob(k) for k in range(6)])
-    assert g.text == fake.tok.decode(g.response_ids[:-1]) and g.policy_version == 0
-    assert backend.max_context("default") == 256
+    assert g.logprobs == pytest.approx([fake_vllm.logprob(k) for k in range(6)])
+    assert g.text == fake_vllm.tok.decode(g.response_ids[:-1]) and g.policy_version == 0
+    assert vllm_backend.max_context("default") == 256
 
 
-def test_ids_from_token_strings_when_token_ids_absent(backend, fake):
-    fake.without = {"token_ids"}
+def test_ids_from_token_strings_when_token_ids_absent(vllm_backend, fake_vllm):
+    fake_vllm.without = {"token_ids"}
     [g] = asyncio.run(
-        backend.generate(GenerateRequest("default", prompt_ids=[5, 6, 7], sampling=SamplingParams(max_tokens=3)))
+        vllm_backend.generate(GenerateRequest("default", prompt_ids=[5, 6, 7], sampling=SamplingParams(max_tokens=3)))
     )
     assert g.prompt_ids == [5, 6, 7] and len(g.response_ids) == 3 and g.response_ids[-1] == 2
 
 
-def test_streaming_adds_up(backend, fake):
+def test_streaming_adds_up(vllm_backend, fake_vllm):
     async def collect():
         return [
             i
-            async for i in backend.stream(
+            async for i in vllm_backend.stream(
                 GenerateRequest("default", messages=MSGS, sampling=SamplingParams(max_tokens=5))
             )
         ]
@@ -218,7 +199,7 @@ def test_streaming_adds_up(backend, fake):
     [final] = [i for i in items if isinstance(i, Generation)]
     assert [t for d in deltas for t in d.token_ids] == final.response_ids and len(deltas) == 5
     assert "".join(d.text for d in deltas) == final.text
-    assert final.logprobs == pytest.approx([fake.logprob(k) for k in range(5)])
+    assert final.logprobs == pytest.approx([fake_vllm.logprob(k) for k in range(5)])
 
 
 def _adapter_state():
@@ -231,55 +212,56 @@ def _adapter_state():
     }
 
 
-def test_load_weights_uses_a_new_adapter_name_per_version(backend, fake, tmp_path):
-    backend.load_weights("default", _adapter_state(), version=1)
-    assert backend.version("default") == 1 and backend.served_model("default") == "default-v1"
+def test_load_weights_uses_a_new_adapter_name_per_version(vllm_backend, fake_vllm, tmp_path):
+    vllm_backend.load_weights("default", _adapter_state(), version=1)
+    assert vllm_backend.version("default") == 1 and vllm_backend.served_model("default") == "default-v1"
     saved = tmp_path / "adapters" / "default-v1"
     cfg = json.loads((saved / "adapter_config.json").read_text())
     assert cfg["r"] == 4 and cfg["target_modules"] == ["q_proj", "v_proj"] and cfg["base_model_name_or_path"] == BASE
     assert (saved / "adapter_model.safetensors").exists()
-    [g] = asyncio.run(backend.generate(GenerateRequest("default", messages=MSGS)))
-    assert fake.requests[-1][1]["model"] == "default-v1" and g.policy_version == 1
+    [g] = asyncio.run(vllm_backend.generate(GenerateRequest("default", messages=MSGS)))
+    assert fake_vllm.requests[-1][1]["model"] == "default-v1" and g.policy_version == 1
 
-    backend.load_weights("default", _adapter_state(), version=2)
-    assert set(fake.adapters) == {"default-v2"}  # v1 unloaded: nothing could still request it
+    vllm_backend.load_weights("default", _adapter_state(), version=2)
+    assert set(fake_vllm.adapters) == {"default-v2"}  # v1 unloaded: nothing could still request it
     with pytest.raises(ConflictError):
-        backend.load_weights("default", _adapter_state(), version=2)
+        vllm_backend.load_weights("default", _adapter_state(), version=2)
 
 
-def test_adapter_in_use_is_unloaded_after_its_last_request(backend, fake):
-    backend.load_weights("default", _adapter_state(), version=1)
-    name, version = backend._acquire("default")  # a request on v1 still in flight
-    backend.load_weights("default", _adapter_state(), version=2)
-    assert set(fake.adapters) == {"default-v1", "default-v2"}
-    asyncio.run(backend._release(name))
-    assert set(fake.adapters) == {"default-v2"} and version == 1
+def test_adapter_in_use_is_unloaded_after_its_last_request(vllm_backend, fake_vllm):
+    vllm_backend.load_weights("default", _adapter_state(), version=1)
+    name, version = vllm_backend._acquire("default")  # a request on v1 still in flight
+    vllm_backend.load_weights("default", _adapter_state(), version=2)
+    assert set(fake_vllm.adapters) == {"default-v1", "default-v2"}
+    asyncio.run(vllm_backend._release(name))
+    assert set(fake_vllm.adapters) == {"default-v2"} and version == 1
 
 
-def test_errors(backend, fake):
+def test_errors(vllm_backend, fake_vllm):
     with pytest.raises(ContextLengthError):
         asyncio.run(
-            backend.generate(GenerateRequest("default", prompt_ids=[5] * 250, sampling=SamplingParams(max_tokens=10)))
+            vllm_backend.generate(
+                GenerateRequest("default", prompt_ids=[5] * 250, sampling=SamplingParams(max_tokens=10)))
         )
-    fake.wrong_model = True
+    fake_vllm.wrong_model = True
     with pytest.raises(ConflictError):
-        asyncio.run(backend.generate(GenerateRequest("default", messages=MSGS)))
-    fake.wrong_model = False
-    backend._served["default"] = "gone-v9"  # an adapter the server no longer has
+        asyncio.run(vllm_backend.generate(GenerateRequest("default", messages=MSGS)))
+    fake_vllm.wrong_model = False
+    vllm_backend._served["default"] = "gone-v9"  # an adapter the server no longer has
     with pytest.raises(BackendError, match="404"):
-        asyncio.run(backend.generate(GenerateRequest("default", messages=MSGS)))
+        asyncio.run(vllm_backend.generate(GenerateRequest("default", messages=MSGS)))
 
 
-def test_prompt_the_server_did_not_run_and_null_logprobs_are_errors(backend, fake):
+def test_prompt_the_server_did_not_run_and_null_logprobs_are_errors(vllm_backend, fake_vllm):
     req = GenerateRequest("default", prompt_ids=[5, 6, 7], sampling=SamplingParams(max_tokens=2))
-    orig = fake.choice
-    fake.choice = lambda body, ids, index=0: {**orig(body, ids, index), "prompt_token_ids": [1, *body["prompt"]]}
+    orig = fake_vllm.choice
+    fake_vllm.choice = lambda body, ids, index=0: {**orig(body, ids, index), "prompt_token_ids": [1, *body["prompt"]]}
     with pytest.raises(BackendError, match="prompt ids"):  # e.g. a BOS added by the server
-        asyncio.run(backend.generate(req))
-    fake.choice = lambda body, ids, index=0: (c := orig(body, ids, index)) and {
+        asyncio.run(vllm_backend.generate(req))
+    fake_vllm.choice = lambda body, ids, index=0: (c := orig(body, ids, index)) and {
         **c, "logprobs": {**c["logprobs"], "token_logprobs": [None] * len(ids)}}
     with pytest.raises(BackendError, match="without a logprob"):
-        asyncio.run(backend.generate(req))
+        asyncio.run(vllm_backend.generate(req))
 
 
 @pytest.mark.vllm

@@ -138,19 +138,6 @@ def resolve(model: str, path: str) -> str:
 
 
 # ----------------------------------------------------------------------------- exercising the client
-@pytest.fixture
-def fake(tiny_model_path):
-    from transformers import AutoTokenizer
-
-    return FakeVLLM(AutoTokenizer.from_pretrained(tiny_model_path))
-
-
-@pytest.fixture
-def backend(fake, tiny_model_path, tmp_path):
-    return VLLMBackend("http://gpu.test:8000", BASE, policies=["default"], tokenizer_path=str(tiny_model_path),
-                       transport=httpx.MockTransport(fake), adapter_dir=str(tmp_path / "adapters"))
-
-
 def _adapter_state() -> dict[str, torch.Tensor]:
     prefix = "base_model.model.model.layers.0.self_attn"
     return {f"{prefix}.q_proj.lora_A.weight": torch.zeros(4, 128), f"{prefix}.q_proj.lora_B.weight": torch.zeros(128, 4)}
@@ -180,10 +167,10 @@ def test_pinned_release():
     assert (RELEASE, COMMIT) == ("v0.33.0", "4ba787ec9")
 
 
-def test_every_field_sent_is_a_field_of_vllms_request_model(backend, fake):
-    exercise(backend, fake)
+def test_every_field_sent_is_a_field_of_vllms_request_model(vllm_backend, fake_vllm):
+    exercise(vllm_backend, fake_vllm)
     sent: dict[str, set[str]] = {}
-    for path, body in fake.requests:
+    for path, body in fake_vllm.requests:
         if path == "/v1/models":
             assert body == {}  # a GET
             continue
@@ -192,13 +179,13 @@ def test_every_field_sent_is_a_field_of_vllms_request_model(backend, fake):
         assert not set(body) & REMOVED_GUIDED_FIELDS  # ignored at this release: output would be unconstrained
         sent.setdefault(path, set()).update(body)
     assert sent == SENT
-    completions = [b for p, b in fake.requests if p == "/v1/completions"]
+    completions = [b for p, b in fake_vllm.requests if p == "/v1/completions"]
     for b in completions:
         # SamplingParams._verify_args / CompletionRequest.check_logprobs at v0.33.0
         assert b["top_k"] == 0 and b["logprobs"] >= 0 and all(isinstance(i, int) and i >= 0 for i in b["prompt"])
     [so] = [b["structured_outputs"] for b in completions if "structured_outputs" in b]
     assert set(so) == {"grammar"}  # StructuredOutputsParams.__post_init__ wants exactly one kind
-    loads = [b["lora_name"] for p, b in fake.requests if p == "/v1/load_lora_adapter"]
+    loads = [b["lora_name"] for p, b in fake_vllm.requests if p == "/v1/load_lora_adapter"]
     assert len(loads) == len(set(loads))  # a loaded name is refused unless load_inplace
 
 
@@ -229,7 +216,7 @@ def _seen(value: Any, path: str, log: set[str]) -> Any:
     return value
 
 
-def test_every_field_read_exists_in_vllms_response_model(backend, fake, monkeypatch):
+def test_every_field_read_exists_in_vllms_response_model(vllm_backend, fake_vllm, monkeypatch):
     reads: dict[str, set[str]] = {k: set() for k in READ}
     plain_json = httpx.Response.json
 
@@ -239,7 +226,7 @@ def test_every_field_read_exists_in_vllms_response_model(backend, fake, monkeypa
 
     monkeypatch.setattr(httpx.Response, "json", json_seen)
     monkeypatch.setattr(_http, "json", SimpleNamespace(loads=lambda s: _seen(json.loads(s), "", reads["stream"])))
-    exercise(backend, fake)
+    exercise(vllm_backend, fake_vllm)
     assert reads == READ
     for route, paths in reads.items():
         for p in paths:
@@ -260,10 +247,10 @@ def _check_logprobs(lp: dict[str, Any], ids: list[int], n: int, offset: int = 0)
         assert n <= len(top) <= n + 1 and all(k.startswith("token_id:") for k in top)
 
 
-def test_the_fake_answers_in_vllm_shapes(fake):
+def test_the_fake_answers_in_vllm_shapes(fake_vllm):
     body = {"model": BASE, "prompt": [5, 6, 7], "max_tokens": 4, "n": 2, "logprobs": 2,
             "return_tokens_as_token_ids": True, "return_token_ids": True}
-    data = _post(fake, "/v1/completions", body).json()
+    data = _post(fake_vllm, "/v1/completions", body).json()
     conforms(data, "CompletionResponse")
     conforms(data["usage"], "UsageInfo")
     for c in data["choices"]:
@@ -271,7 +258,7 @@ def test_the_fake_answers_in_vllm_shapes(fake):
         assert c["prompt_token_ids"] == [5, 6, 7]
         _check_logprobs(c["logprobs"], c["token_ids"], 2)
 
-    resp = _post(fake, "/v1/completions", {**body, "stream": True})
+    resp = _post(fake_vllm, "/v1/completions", {**body, "stream": True})
     assert resp.text.endswith("data: [DONE]\n\n")
     events = [json.loads(line[5:]) for line in resp.text.splitlines() if line.startswith("data: {")]
     offsets: dict[int, int] = {}
@@ -284,14 +271,15 @@ def test_the_fake_answers_in_vllm_shapes(fake):
         _check_logprobs(c["logprobs"], c["token_ids"], 2, offsets.get(c["index"], 0))
         offsets[c["index"]] = c["logprobs"]["text_offset"][-1] + len(c["logprobs"]["tokens"][-1])
 
-    plain = _post(fake, "/v1/completions", {"model": BASE, "prompt": [5, 6], "max_tokens": 2}).json()
+    plain = _post(fake_vllm, "/v1/completions", {"model": BASE, "prompt": [5, 6], "max_tokens": 2}).json()
     [c] = plain["choices"]
     assert c["logprobs"] is None and c["token_ids"] is None and c["prompt_token_ids"] is None
-    decoded = _post(fake, "/v1/completions", {"model": BASE, "prompt": [5, 6], "max_tokens": 2, "logprobs": 0}).json()
+    decoded = _post(fake_vllm, "/v1/completions",
+                    {"model": BASE, "prompt": [5, 6], "max_tokens": 2, "logprobs": 0}).json()
     assert not any(t.startswith("token_id:") for t in decoded["choices"][0]["logprobs"]["tokens"])
 
-    assert _post(fake, "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": "/x"}).status_code == 200
-    listed = fake(httpx.Request("GET", "http://gpu.test:8000/v1/models")).json()
+    assert _post(fake_vllm, "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": "/x"}).status_code == 200
+    listed = fake_vllm(httpx.Request("GET", "http://gpu.test:8000/v1/models")).json()
     conforms(listed, "ModelList")
     for card in listed["data"]:
         conforms(card, "ModelCard")
@@ -300,7 +288,7 @@ def test_the_fake_answers_in_vllm_shapes(fake):
     for path, b in [("/v1/load_lora_adapter", {"lora_name": "a", "lora_path": "/x"}),
                     ("/v1/unload_lora_adapter", {"lora_name": "nope"}),
                     ("/v1/completions", {"model": "nope", "prompt": [1], "max_tokens": 1})]:
-        err = _post(fake, path, b)
+        err = _post(fake_vllm, path, b)
         conforms(err.json(), "ErrorResponse")
         conforms(err.json()["error"], "ErrorInfo")
         assert err.json()["error"]["code"] == err.status_code
