@@ -15,6 +15,7 @@ Hydra's ``.hydra`` too) and the MLflow store (default ``outputs/mlruns.db`` with
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -37,6 +38,8 @@ _QUIET_ENV = {
     "TQDM_DISABLE": "1",
     "MLFLOW_LOGGING_LEVEL": "WARNING",  # "Creating initial MLflow database tables...", alembic
 }
+
+_PEFT_NOTICE = "`is_gradient_checkpointing` is deprecated"  # transformers' FutureWarning, as peft triggers it
 
 
 def __getattr__(name: str) -> Any:
@@ -128,10 +131,10 @@ def main() -> None:
     if not verbose:
         for k, v in _QUIET_ENV.items():
             os.environ.setdefault(k, v)
-        # library deprecation notices (peft asks transformers for a renamed attribute) are not the user's
-        os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning,ignore::DeprecationWarning")
-        warnings.simplefilter("ignore", FutureWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)
+        # peft reads transformers' renamed is_gradient_checkpointing: a library notice, not the user's.
+        # Only that one: other warnings still show (the env var carries it to worker processes).
+        os.environ.setdefault("PYTHONWARNINGS", f"ignore:{_PEFT_NOTICE}:FutureWarning")
+        warnings.filterwarnings("ignore", message=re.escape(_PEFT_NOTICE), category=FutureWarning)
     overrides = [a for a in sys.argv[1:] if not a.startswith("-") and "=" in a and not a.startswith("hydra.")]
     dotted = any("." in o.split("=", 1)[0] and not o.startswith("+") for o in overrides)
     if dotted and not any(a.startswith(("--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn"))
