@@ -73,8 +73,9 @@ def worker_cfg(url: str, task: dict[str, Any], seed: int, workers: int, **kw: An
 
 def game_stats(pool: Any, episode_type: str, since: float, group_ids: set[str] | None = None
                ) -> dict[str, dict[str, float]]:
-    """group id -> {win, format_errors, calls, votes, vote_hits} of the trainable seats, for finished
-    episodes since ``since`` (``vote_hits``: votes that named a player of the other side)."""
+    """group id -> {win, format_errors, calls, votes, vote_hits, vote_kills} of the trainable seats, for
+    finished episodes since ``since`` (``vote_hits``: votes that named a player of the other side,
+    ``vote_kills``: those that eliminated that player)."""
     from swarm.pool import StepFilter
     from swarm.records import EpisodeStatus, EpisodeType
 
@@ -87,8 +88,8 @@ def game_stats(pool: Any, episode_type: str, since: float, group_ids: set[str] |
         m = (ep.metadata or {}).get("metrics") or {}
         g = out.setdefault(ep.episode_id if group_ids is None else ep.group_id,
                            {"win": float(m.get("win", 0.0)), "format_errors": 0.0, "calls": 0.0, "votes": 0.0,
-                            "vote_hits": 0.0})
-        for k in ("format_errors", "calls", "votes", "vote_hits"):
+                            "vote_hits": 0.0, "vote_kills": 0.0})
+        for k in ("format_errors", "calls", "votes", "vote_hits", "vote_kills"):
             g[k] += float(m.get(k, 0.0))
     return out
 
@@ -110,7 +111,9 @@ def evaluate(url: str, pool: Any, task: dict[str, Any], games: int, workers: int
     votes = sum(g["votes"] for g in per.values())
     return {"wins": {gid: per[gid]["win"] for gid in sorted(per)},
             "hits": {gid: per[gid]["vote_hits"] / per[gid]["votes"] if per[gid]["votes"] else 0.0 for gid in sorted(per)},
+            "kills": {gid: per[gid]["vote_kills"] / per[gid]["votes"] if per[gid]["votes"] else 0.0 for gid in sorted(per)},
             "vote_accuracy": sum(g["vote_hits"] for g in per.values()) / votes if votes else 0.0,
+            "vote_kill_rate": sum(g["vote_kills"] for g in per.values()) / votes if votes else 0.0,
             "win_rate": statistics.fmean(g["win"] for g in per.values()),
             "format_error_rate": sum(g["format_errors"] for g in per.values()) / calls if calls else 0.0,
             "calls_per_game": calls / games}
@@ -177,8 +180,10 @@ def plot(path: Path, curve: list[dict[str, float]], evals: list[tuple[float, flo
 
 
 def run(minutes: float, updates: int | None, eval_games: int, workers: int, overrides: list[str],
-        png: Path | None = None, json_path: Path | None = None, log: Any = print) -> dict[str, Any]:
-    """The whole benchmark; returns every number (see the module docstring)."""
+        png: Path | None = None, json_path: Path | None = None, log: Any = print,
+        out_dir: Path | None = None) -> dict[str, Any]:
+    """The whole benchmark; returns every number (see the module docstring). ``out_dir`` holds the
+    pool and checkpoints (default: a new temporary folder, kept for inspection)."""
     from flows.components import (
         gateway_settings,
         lora_spec,
@@ -193,7 +198,7 @@ def run(minutes: float, updates: int | None, eval_games: int, workers: int, over
     from swarm.train import Trainer, items_from_steps
 
     t_start, cpu_start = time.time(), time.process_time()
-    out_dir = tempfile.mkdtemp(prefix="werewolves-bench-")
+    out_dir = str(out_dir) if out_dir is not None else tempfile.mkdtemp(prefix="werewolves-bench-")
     cfg = compose(overrides, out_dir)
     task, algo = cfg["task"], cfg["algo"]
     base = baselines(task, eval_games)
@@ -262,15 +267,19 @@ def run(minutes: float, updates: int | None, eval_games: int, workers: int, over
         pool.close()
     gain, lo, hi = paired_gain_ci(before["wins"], after["wins"])
     vgain, vlo, vhi = paired_gain_ci(before["hits"], after["hits"])
-    log(f"votes for a wolf (trained seats, eval games): {100 * before['vote_accuracy']:.1f}% -> "
+    kgain, klo, khi = paired_gain_ci(before["kills"], after["kills"])
+    log(f"votes naming a wolf (trained seats, eval games): {100 * before['vote_accuracy']:.1f}% -> "
         f"{100 * after['vote_accuracy']:.1f}% (95% CI of the per-game gain {vlo:.1f}..{vhi:.1f} points)")
+    log(f"votes that eliminated a wolf (the village agreeing on one): {100 * before['vote_kill_rate']:.1f}% -> "
+        f"{100 * after['vote_kill_rate']:.1f}% (95% CI of the per-game gain {klo:.1f}..{khi:.1f} points)")
     result = {"before": before["win_rate"], "after": after["win_rate"], "games": eval_games, "gain": gain,
               "ci": [lo, hi], "minutes": (time.time() - t_start) / 60,
               "cpu_minutes": (time.process_time() - cpu_start) / 60, "train_minutes": train_min,
               "updates": trainer.version,
               "format_error_rate": (before["format_error_rate"] + after["format_error_rate"]) / 2,
               "vote_accuracy": [before["vote_accuracy"], after["vote_accuracy"]], "vote_gain": vgain,
-              "vote_ci": [vlo, vhi], "baselines": base, "curve": curve, "overrides": overrides, "seed": cfg["seed"],
+              "vote_ci": [vlo, vhi], "vote_kill_rate": [before["vote_kill_rate"], after["vote_kill_rate"]],
+              "kill_gain": kgain, "kill_ci": [klo, khi], "baselines": base, "curve": curve, "overrides": overrides, "seed": cfg["seed"],
               "load_avg": os.getloadavg()}
     if png is not None:
         plot(png, curve, evals, base)

@@ -2,16 +2,20 @@
 
     player_reward = float(won)
                     - min(MAX_PENALTY, FORMAT_PENALTY * format_errors)
-                    + vote_shaping * (votes for the other side / votes cast)   [0 when no votes]
+                    + vote_shaping * (votes that eliminated a member of the other side / votes cast)   [0 when no votes]
 
 - ``won``: the player's side won the game (1/0); this is what the task is scored on.
 - the format penalty (``FORMAT_PENALTY = 0.1`` per decision whose answer was unparsable or
   illegal, capped at ``MAX_PENALTY = 0.5``) only bites on backends that do not enforce the
   JSON schema; with constrained decoding no decision is malformed.
 - vote shaping (``vote_shaping``, a task option, 0 by default, at most 0.5) is documented
-  shaping: the *fraction* of the player's day votes that named a member of the other side.
-  A fraction, not a count, so a player who dies early earns nothing for it, and with
-  ``vote_shaping <= 0.5`` a losing player never outscores a winning one without penalties.
+  shaping: the *fraction* of the player's day votes that eliminated a member of the other side
+  (the vote named the player the day's vote put out, and that player was an opponent). It pays
+  for what the team needs, agreeing on the right player, not for a lone correct vote that
+  changes nothing (measured: tabular policy-gradient runs of the vote in
+  ``benchmarks/werewolves_shaping.py``). A fraction, not a count, so a player who dies early
+  earns nothing for it, and with ``vote_shaping <= 0.5`` a losing player never outscores a
+  winning one without penalties.
   Where the gateway told us the step of each vote, :func:`vote_step_rewards` gives every vote
   step its own reward (the same formula with that one vote as the fraction), so the mean over
   a player's vote steps is the player's reward and each vote gets its own credit.
@@ -36,25 +40,29 @@ MAX_VOTE_SHAPING = 0.5
 _VOTE = re.compile(r"(\d+)->(\d+)")
 
 
-def vote_record(result: GameResult, roles: Sequence[str]) -> dict[int, tuple[int, int]]:
-    """player -> (votes cast, votes for a member of the other side), from the game's vote events."""
-    out: dict[int, tuple[int, int]] = {}
+def vote_record(result: GameResult, roles: Sequence[str]) -> dict[int, tuple[int, int, int]]:
+    """player -> (votes cast, votes for a member of the other side, such votes that eliminated that player)."""
+    out: dict[int, tuple[int, int, int]] = {}
     for e in result.events:
         if e.kind == "vote":
             for voter, target in _VOTE.findall(e.text.split(".")[0]):
                 v, t = int(voter), int(target)
-                cast, hits = out.get(v, (0, 0))
-                out[v] = (cast + 1, hits + int(side_of(roles[t]) != side_of(roles[v])))
+                cast, hits, kills = out.get(v, (0, 0, 0))
+                hit = int(side_of(roles[t]) != side_of(roles[v]))
+                out[v] = (cast + 1, hits + hit, kills + int(hit and e.target == t))
     return out
 
 
-def player_reward(won: bool, format_errors: int, votes: int = 0, vote_hits: int = 0,
+def player_reward(won: bool, format_errors: int, votes: int = 0, vote_kills: int = 0,
                   vote_shaping: float = 0.0) -> dict[str, float]:
-    """``{"reward", "win", "format_penalty", "format_errors", "vote_bonus"}`` for one player."""
+    """``{"reward", "win", "format_penalty", "format_errors", "vote_bonus"}`` for one player.
+
+    ``vote_kills``: the player's votes that eliminated a member of the other side.
+    """
     if not 0.0 <= vote_shaping <= MAX_VOTE_SHAPING:
         raise ValueError(f"vote_shaping={vote_shaping}; use 0 <= vote_shaping <= {MAX_VOTE_SHAPING}")
     penalty = -min(MAX_PENALTY, FORMAT_PENALTY * format_errors)
-    bonus = vote_shaping * vote_hits / votes if votes else 0.0
+    bonus = vote_shaping * vote_kills / votes if votes else 0.0
     return {"reward": float(won) + penalty + bonus, "win": float(won), "format_penalty": penalty,
             "format_errors": float(format_errors), "vote_bonus": bonus}
 
@@ -70,8 +78,11 @@ def side_reward(result: GameResult, roles: Sequence[str], side: str, players: Se
     if any(side_of(roles[p]) != side for p in players):
         raise ValueError(f"players {list(players)} are not all on side {side!r}")
     votes = vote_record(result, roles)
-    parts = [player_reward(won, result.format_errors[p], *votes.get(p, (0, 0)), vote_shaping=vote_shaping)
-             for p in players] or [player_reward(won, 0)]
+    parts = []
+    for p in players:
+        cast, _, kills = votes.get(p, (0, 0, 0))
+        parts.append(player_reward(won, result.format_errors[p], cast, kills, vote_shaping=vote_shaping))
+    parts = parts or [player_reward(won, 0)]
     n = len(parts)
     return {"reward": sum(p["reward"] for p in parts) / n, "win": float(won),
             "format_penalty": sum(p["format_penalty"] for p in parts) / n,
@@ -87,7 +98,7 @@ def vote_step_rewards(result: GameResult, roles: Sequence[str], player: int, vot
         if e.kind == "vote" and e.round in vote_steps:
             for voter, target in _VOTE.findall(e.text.split(".")[0]):
                 if int(voter) == player:
-                    hit = int(side_of(roles[int(target)]) != side_of(roles[player]))
-                    out[vote_steps[e.round]] = player_reward(won, result.format_errors[player], 1, hit,
+                    kill = int(side_of(roles[int(target)]) != side_of(roles[player]) and e.target == int(target))
+                    out[vote_steps[e.round]] = player_reward(won, result.format_errors[player], 1, kill,
                                                              vote_shaping)["reward"]
     return out

@@ -134,7 +134,8 @@ def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: An
     votes = vote_record(result, roles)
     for i, ep in episodes.items():
         shaping = opts.vote_shaping if side_of(roles[i]) == opts.trainable_side else 0.0
-        parts = player_reward(result.winner == side_of(roles[i]), result.format_errors[i], *votes.get(i, (0, 0)),
+        cast, hits, kills = votes.get(i, (0, 0, 0))
+        parts = player_reward(result.winner == side_of(roles[i]), result.format_errors[i], cast, kills,
                               vote_shaping=shaping)
         player = agents[i]
         steps = None
@@ -143,7 +144,7 @@ def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: An
         ep.end(reward=parts.pop("reward"), step_rewards=steps or None, **parts, rounds=float(result.rounds),
                calls=float(player.calls), llm_errors=float(player.llm_errors), timeout=float(result.timeout),
                format_error_rate=result.format_errors[i] / player.calls if player.calls else 0.0,
-               votes=float(votes.get(i, (0, 0))[0]), vote_hits=float(votes.get(i, (0, 0))[1]),
+               votes=float(cast), vote_hits=float(hits), vote_kills=float(kills),
                **{f"win_{roles[i]}": parts["win"]})
     trainable = [i for i in episodes if side_of(roles[i]) == opts.trainable_side]
     out = side_reward(result, roles, opts.trainable_side, trainable, opts.vote_shaping)

@@ -81,12 +81,12 @@ def test_player_reward_team_result_plus_capped_penalty() -> None:
     assert player_reward(True, 100)["reward"] > player_reward(False, 0)["reward"]
 
 
-def test_vote_shaping_pays_the_fraction_of_votes_on_the_other_side_never_for_dying() -> None:
-    assert player_reward(False, 0, votes=4, vote_hits=1, vote_shaping=0.5)["vote_bonus"] == pytest.approx(0.125)
-    assert player_reward(False, 0, votes=0, vote_hits=0, vote_shaping=0.5)["reward"] == 0.0  # died before voting
-    assert player_reward(True, 0, votes=3, vote_hits=0, vote_shaping=0.5)["reward"] == 1.0
-    best_loser = player_reward(False, 0, votes=2, vote_hits=2, vote_shaping=0.5)["reward"]
-    assert best_loser <= player_reward(True, 0, votes=2, vote_hits=0, vote_shaping=0.5)["reward"]
+def test_vote_shaping_pays_the_fraction_of_votes_that_eliminated_an_opponent_never_for_dying() -> None:
+    assert player_reward(False, 0, votes=4, vote_kills=1, vote_shaping=0.5)["vote_bonus"] == pytest.approx(0.125)
+    assert player_reward(False, 0, votes=0, vote_kills=0, vote_shaping=0.5)["reward"] == 0.0  # died before voting
+    assert player_reward(True, 0, votes=3, vote_kills=0, vote_shaping=0.5)["reward"] == 1.0
+    best_loser = player_reward(False, 0, votes=2, vote_kills=2, vote_shaping=0.5)["reward"]
+    assert best_loser <= player_reward(True, 0, votes=2, vote_kills=0, vote_shaping=0.5)["reward"]
     with pytest.raises(ValueError, match="vote_shaping"):
         player_reward(True, 0, vote_shaping=0.8)
 
@@ -99,7 +99,7 @@ def test_vote_record_counts_ballots_on_the_other_side() -> None:
     events = [Event(1, "day", "vote", "Votes: 0->3, 3->0, 4->1, 5->5. Tie between 0, 3, broken at random. "
                                       "Player 3 is eliminated.", target=3)]
     result = GameResult("wolves", 1, False, [0] * 9, [0] * 9, [True] * 9, events)
-    assert vote_record(result, roles) == {0: (1, 1), 3: (1, 1), 4: (1, 1), 5: (1, 0)}
+    assert vote_record(result, roles) == {0: (1, 1, 1), 3: (1, 1, 0), 4: (1, 1, 0), 5: (1, 0, 0)}  # 3 went out
 
 
 def test_side_reward_averages_the_trainable_players() -> None:
