@@ -1,8 +1,10 @@
 """Episode lifecycle: ``POST /v1/episodes`` (-> base_url + api key), heartbeat, end, abort.
 
 Creating an episode needs the client token when one is configured. Heartbeat / end / abort take
-the episode's own key (or the client / admin token). Episodes idle past their ``timeout_s`` are
-abandoned by the sweep in :mod:`swarm.gateway.app`, not here.
+the episode's own key (or the client / admin token). Opens and ends (aborts too) are group-committed
+(:class:`swarm.gateway.batcher.Batcher`): each is answered once the transaction holding it has
+committed. Episodes idle past their ``timeout_s`` are abandoned by the sweep in
+:mod:`swarm.gateway.app`, not here.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from swarm.gateway.deps import State, any_caller, client_caller
 from swarm.gateway.errors import ApiError
 from swarm.gateway.schemas import EpisodeCreate, EpisodeEnd
 from swarm.gateway.state import GatewayState
+from swarm.pool.episodes import EpisodeEnding
 from swarm.records import Episode, EpisodeStatus
 
 __all__ = ["router", "episode_json"]
@@ -43,7 +46,7 @@ async def create_episode(body: EpisodeCreate, request: Request, caller: Caller =
                        code="invalid_value")
     ep = Episode(task=body.task, group_id=body.group_id, client_id=body.client_id, type=body.type,
                  timeout_s=timeout, metadata=body.metadata)
-    ep = await state.write(state.pool.add_episode, ep)
+    ep = await state.episode_opener.submit(ep)
     return {
         "episode_id": ep.episode_id,
         "base_url": state.base_url(request),
@@ -71,8 +74,8 @@ async def end_episode(episode_id: str, body: EpisodeEnd | None = None, caller: C
     """Finish (or fail) an episode, with its reward and per-step rewards (final)."""
     _check(caller, episode_id)
     body = body or EpisodeEnd()
-    ep = await state.write(state.pool.end_episode, episode_id, status=EpisodeStatus(body.status), reward=body.reward,
-                        step_rewards=body.step_rewards, metadata=body.metadata)
+    ep = await state.episode_ender.submit(EpisodeEnding(episode_id, EpisodeStatus(body.status), body.reward,
+                                                        body.step_rewards, body.metadata))
     state.episodes.forget(episode_id)
     return episode_json(ep)
 
@@ -82,6 +85,6 @@ async def abort_episode(episode_id: str, caller: Caller = Depends(any_caller),
                         state: GatewayState = Depends(State)) -> dict[str, Any]:
     """End an episode as failed (its steps are kept, never trained)."""
     _check(caller, episode_id)
-    ep = await state.write(state.pool.abort_episode, episode_id)
+    ep = await state.episode_ender.submit(EpisodeEnding(episode_id, EpisodeStatus.failed))
     state.episodes.forget(episode_id)
     return episode_json(ep)

@@ -24,6 +24,7 @@ from swarm.gateway.errors import ApiError
 from swarm.gateway.settings import GatewaySettings
 from swarm.policy.base import PolicyBackend
 from swarm.pool import Pool
+from swarm.pool.episodes import EpisodeEnding
 from swarm.pool.heads import EpisodeHead
 from swarm.records import Episode, EpisodeStatus, Step
 
@@ -44,8 +45,11 @@ class GatewayState:
         # while it waits: queueing our own writers here instead keeps p99 and throughput sane.
         self._write_gate = asyncio.Lock() if getattr(pool, "dialect", None) == "sqlite" else None
         self.episodes = OpenEpisodes(pool, self.db)
-        # group commit: the steps of concurrent calls go to the pool in one transaction per batch
+        # group commit: concurrent calls' steps, episode opens and episode ends each go to the pool
+        # in one transaction per batch
         self.step_writer: Batcher[list[Step], None] = Batcher(self._write_steps)
+        self.episode_opener: Batcher[Episode, Episode] = Batcher(functools.partial(self.write, pool.add_episodes))
+        self.episode_ender: Batcher[EpisodeEnding, Episode] = Batcher(functools.partial(self.write, pool.end_episodes))
 
     async def _write_steps(self, calls: list[list[Step]]) -> list[None]:
         # the pool numbers them in its write transaction: another gateway may write these episodes too

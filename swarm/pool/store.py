@@ -4,9 +4,9 @@
 events, labels, policy versions) and reads it back for curation. Every call is one
 transaction: it either happens completely or raises a :mod:`swarm.errors` exception and
 leaves nothing behind. A Pool is thread-safe and any number of processes may open the same
-database. Rewards, events, labels, versions and stats live in :mod:`swarm.pool.annotate`,
-leases in :mod:`swarm.pool.lease`, exports in :mod:`swarm.pool.export`, client agreements (C4 / C5)
-in :mod:`swarm.pool.agreements`.
+database. Opening and ending episodes live in :mod:`swarm.pool.episodes`; rewards, events,
+labels, versions and stats in :mod:`swarm.pool.annotate`, leases in :mod:`swarm.pool.lease`,
+exports in :mod:`swarm.pool.export`, client agreements (C4 / C5) in :mod:`swarm.pool.agreements`.
 
 Errors raised here:
     ValidationError  a record or argument is malformed (the message names the field)
@@ -30,8 +30,9 @@ from swarm.errors import ConflictError, NotFoundError, SwarmError, ValidationErr
 from swarm.pool.agreements import AgreementsMixin
 from swarm.pool.annotate import AnnotateMixin
 from swarm.pool.blocks import cut, pack_floats, split_hashes, unpack_ids
-from swarm.pool.checks import check_page, check_reward, chunks, coerce, coerce_enum
+from swarm.pool.checks import check_page, chunks, coerce
 from swarm.pool.engine import insert_ignore, make_engine, transaction
+from swarm.pool.episodes import EpisodesMixin
 from swarm.pool.export import ExportMixin
 from swarm.pool.filter import StepFilter
 from swarm.pool.heads import HeadsMixin
@@ -42,9 +43,7 @@ from swarm.pool.schema import blocks as B
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import steps as S
 from swarm.pool.settle import SettleMixin
-from swarm.records import Episode, EpisodeStatus, RewardStatus, Step, now
-
-_clock = now  # abandon_stale's parameter is called ``now``
+from swarm.records import Episode, EpisodeStatus, Step, now
 
 __all__ = ["Pool"]
 
@@ -64,7 +63,7 @@ _ORDERS = {
 }
 
 
-class Pool(AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, HeadsMixin, AgreementsMixin):
+class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, HeadsMixin, AgreementsMixin):
     """The data pool on SQLite (``sqlite:///file.db``) or PostgreSQL (``postgresql+psycopg://``).
 
     ``block_size`` is the token block length of the content-addressed store; steps written
@@ -120,29 +119,6 @@ class Pool(AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, HeadsMixin, Agre
         return transaction(self.engine, write=write)
 
     # ---------------------------------------------------------------- episodes
-    def add_episode(self, ep: Episode) -> Episode:
-        ep = coerce(Episode, ep, "episode")
-        row = {
-            "episode_id": ep.episode_id,
-            "task": ep.task,
-            "group_id": ep.group_id,
-            "client_id": ep.client_id,
-            "type": ep.type.value,
-            "status": ep.status.value,
-            "reward": ep.reward,
-            "reward_status": ep.reward_status.value,
-            "timeout_s": ep.timeout_s,
-            "created_at": ep.created_at,
-            "updated_at": ep.updated_at,
-            "ended_at": ep.ended_at,
-            "meta": ep.metadata,
-        }
-        with self._tx(write=True) as c:
-            if c.execute(sa.select(E.c.episode_id).where(E.c.episode_id == ep.episode_id)).first():
-                raise ConflictError("an episode with this id already exists", episode_id=ep.episode_id)
-            c.execute(E.insert(), row)
-        return ep
-
     def get_episode(self, episode_id: str) -> Episode:
         with self._tx() as c:
             return self._episode(c, episode_id)
@@ -158,73 +134,6 @@ class Pool(AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, HeadsMixin, Agre
         if ep.status != EpisodeStatus.open:
             raise ConflictError(f"episode is {ep.status.value}, not open", episode_id=episode_id)
         return ep
-
-    def heartbeat(self, episode_id: str) -> None:
-        """Record activity on an open episode (keeps abandon_stale away)."""
-        with self._tx(write=True) as c:
-            self._open_episode(c, episode_id)
-            c.execute(E.update().where(E.c.episode_id == episode_id).values(updated_at=now()))
-
-    def end_episode(
-        self,
-        episode_id: str,
-        status: EpisodeStatus = EpisodeStatus.finished,
-        reward: float | None = None,
-        step_rewards: Mapping[str, float] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> Episode:
-        """End an open episode; ``reward`` / ``step_rewards`` given here are final."""
-        status = coerce_enum(EpisodeStatus, status, "status")
-        if status == EpisodeStatus.open:
-            raise ValidationError("status: an episode cannot be ended as open", episode_id=episode_id)
-        check_reward(reward, "reward")
-        for sid, r in (step_rewards or {}).items():
-            check_reward(r, f"step_rewards[{sid}]")
-        with self._tx(write=True) as c:
-            ep = self._open_episode(c, episode_id)
-            t = now()
-            values: dict[str, Any] = {"status": status.value, "updated_at": t, "ended_at": t}
-            if reward is not None:
-                values |= {"reward": float(reward), "reward_status": RewardStatus.final.value}
-            if metadata:
-                values["meta"] = {**ep.metadata, **dict(metadata)}
-            c.execute(E.update().where(E.c.episode_id == episode_id).values(**values))
-            for sid, r in (step_rewards or {}).items():
-                res = c.execute(
-                    S.update()
-                    .where(S.c.step_id == sid, S.c.episode_id == episode_id)
-                    .values(reward=float(r), reward_status=RewardStatus.final.value)
-                )
-                if res.rowcount != 1:
-                    raise NotFoundError(
-                        "step_rewards names a step not in this episode", episode_id=episode_id, step_id=sid
-                    )
-            return self._episode(c, episode_id)
-
-    def abort_episode(self, episode_id: str) -> Episode:
-        """End an open episode as failed."""
-        return self.end_episode(episode_id, status=EpisodeStatus.failed)
-
-    def abandon_stale(self, now: float | None = None) -> list[str]:
-        """Mark open episodes idle for longer than their ``timeout_s`` abandoned; returns their ids.
-
-        Their steps stay in the pool (for analysis) but are never leased for training.
-        """
-        t = _clock() if now is None else now
-        stale = sa.and_(
-            E.c.status == EpisodeStatus.open.value,
-            E.c.timeout_s.is_not(None),
-            E.c.updated_at + E.c.timeout_s < t,
-        )
-        with self._tx(write=True) as c:
-            ids = list(c.execute(sa.select(E.c.episode_id).where(stale)).scalars())
-            for chunk in chunks(ids):
-                c.execute(
-                    E.update()
-                    .where(E.c.episode_id.in_(chunk), E.c.status == EpisodeStatus.open.value)
-                    .values(status=EpisodeStatus.abandoned.value, ended_at=t, updated_at=t)
-                )
-        return ids
 
     def query_episodes(self, filter: StepFilter | None = None, limit: int = 100, offset: int = 0) -> list[Episode]:
         f = coerce(StepFilter, filter or StepFilter(), "filter")

@@ -1,10 +1,13 @@
-"""Group commit and open-episode memory: concurrent calls share pool transactions, repeat calls skip the
-re-read, and two gateways on one pool stay consistent through the version (head) check."""
+"""Group commit and open-episode memory: concurrent calls (and episode opens and ends) share pool transactions,
+one bad request in a batch fails alone, repeat calls skip the re-read, and two gateways on one pool stay
+consistent through the version (head) check."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -81,6 +84,74 @@ def test_concurrent_calls_share_transactions_and_all_are_stored(gateway: Any) ->
         assert [s.index for s in steps] == list(range(turns))
         assert all(s.prefix_consistent for s in steps[1:])
         assert [s.parent_step_id for s in steps[1:]] == ids[:-1]
+
+
+class Held:
+    """Wraps a pool batch method: records each call's items; the first call waits until ``release`` is set."""
+
+    def __init__(self, fn: Callable[[list[Any]], list[Any]]) -> None:
+        self.fn, self.calls = fn, []
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def __call__(self, items: list[Any]) -> list[Any]:
+        self.calls.append(list(items))
+        if len(self.calls) == 1:
+            self.entered.set()
+            assert self.release.wait(30)
+        return self.fn(items)
+
+
+async def _first_then_together(held: Held, batcher: Batcher, first: Awaitable[Any],
+                               rest: list[Awaitable[Any]]) -> list[Any]:
+    """``first`` alone (held in the pool), then ``rest`` all waiting for the next batch; their results in order."""
+    head = asyncio.ensure_future(first)
+    await asyncio.to_thread(held.entered.wait, 30)
+    tail = [asyncio.ensure_future(r) for r in rest]
+    while len(batcher._pending) < len(rest):  # every one of them submitted
+        await asyncio.sleep(0.01)
+    held.release.set()
+    return [await head, *await asyncio.gather(*tail)]
+
+
+def test_concurrent_opens_and_ends_share_transactions_and_a_bad_end_fails_alone(
+        make_gateway: Callable[..., Any], tmp_path: Path) -> None:
+    pool = Pool(f"sqlite:///{tmp_path / 'pool.db'}")
+    opens, ends = Held(pool.add_episodes), Held(pool.end_episodes)
+    pool.add_episodes, pool.end_episodes = opens, ends  # the gateway's batchers take these
+    gw = make_gateway(pool=pool)
+    state = _state(gw)
+
+    async def main() -> tuple[list[httpx.Response], list[httpx.Response]]:
+        async with httpx.AsyncClient(base_url=gw.url, timeout=60) as http:
+            def begin() -> Awaitable[httpx.Response]:
+                return http.post("/v1/episodes", json={"task": "gc"})
+
+            opened = await _first_then_together(opens, state.episode_opener, begin(), [begin() for _ in range(8)])
+            eps = [r.json() for r in opened]
+
+            def end(ep: dict[str, Any]) -> Awaitable[httpx.Response]:
+                return http.post(f"/v1/episodes/{ep['episode_id']}/end", json={"reward": 1.0},
+                                 headers={"Authorization": f"Bearer {ep['api_key']}"})
+
+            ended = await _first_then_together(ends, state.episode_ender, end(eps[0]),
+                                               [end(ep) for ep in eps[1:]] + [end(eps[4])])  # eps[4] ended twice
+            return opened, ended
+
+    opened, ended = asyncio.run(main())
+    assert [r.status_code for r in opened] == [200] * 9
+    assert [len(c) for c in opens.calls] == [1, 8]  # the 8 concurrent opens: one transaction
+    ids = [r.json()["episode_id"] for r in opened]
+    assert {e.episode_id for c in opens.calls for e in c} == set(ids)
+
+    # the 9 concurrent ends shared a batch; it failed (eps[4] twice), so each was retried alone
+    first, batch, *alone = [[e.episode_id for e in c] for c in ends.calls]
+    assert first == ids[:1] and sorted(batch) == sorted(ids[1:] + ids[4:5])
+    assert alone == [[i] for i in batch]
+    codes = [r.status_code for r in ended]
+    assert codes[:4] + codes[5:9] == [200] * 8 and sorted([codes[4], codes[9]]) == [200, 409]
+    for ep_id in ids:  # answered => committed
+        ep = pool.get_episode(ep_id)
+        assert (ep.status.value, ep.reward) == ("finished", 1.0)
 
 
 def test_repeat_calls_use_memory_not_a_reread(gateway: Any) -> None:

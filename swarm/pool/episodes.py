@@ -1,0 +1,199 @@
+"""Episode lifecycle in the pool: open, keep alive, end (with final rewards), abort, abandon.
+
+A mixin of :class:`swarm.pool.store.Pool`; same transactions and errors (ValidationError,
+NotFoundError, ConflictError). ``add_episodes`` / ``end_episodes`` do many opens / ends in one
+transaction, all or none, with the result ``add_episode`` / ``end_episode`` would have given one
+after the other (the gateway's group commit batches concurrent requests through them). Reading
+episodes back lives in :mod:`swarm.pool.store`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from swarm.errors import ConflictError, NotFoundError, ValidationError
+from swarm.pool.checks import check_reward, chunks, coerce, coerce_enum
+from swarm.pool.rows import to_episode
+from swarm.pool.schema import episodes as E
+from swarm.pool.schema import steps as S
+from swarm.records import Episode, EpisodeStatus, RewardStatus, now
+
+if TYPE_CHECKING:
+    from swarm.pool.store import Pool
+
+_clock = now  # abandon_stale's parameter is called ``now``
+
+__all__ = ["EpisodeEnding", "EpisodesMixin"]
+
+# built once (SQLAlchemy reuses their compiled form); an UPDATE without .values() sets the
+# columns its parameter dicts name
+_IDS = sa.bindparam("ids", expanding=True)
+_TAKEN = sa.select(E.c.episode_id).where(E.c.episode_id.in_(_IDS))
+_ROWS = sa.select(E).where(E.c.episode_id.in_(_IDS))
+_ROWS_LOCKED = _ROWS.with_for_update()
+_OWNERS = sa.select(S.c.step_id, S.c.episode_id).where(S.c.step_id.in_(_IDS))
+_SET_EPISODE = E.update().where(E.c.episode_id == sa.bindparam("_id"))
+_SET_STEP = S.update().where(S.c.step_id == sa.bindparam("_id"))
+_ENDED = ("status", "reward", "reward_status", "meta", "updated_at", "ended_at")  # what ending changes
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeEnding:
+    """One episode to end: the arguments of :meth:`EpisodesMixin.end_episode`."""
+
+    episode_id: str
+    status: EpisodeStatus = EpisodeStatus.finished
+    reward: float | None = None
+    step_rewards: Mapping[str, float] | None = None
+    metadata: Mapping[str, Any] | None = None
+
+
+class EpisodesMixin:
+    """Opening, keeping alive and ending episodes, one or many at a time, for the Pool."""
+
+    def add_episode(self: Pool, ep: Episode) -> Episode:
+        """Store a new episode; ConflictError if its id is taken."""
+        return self.add_episodes([coerce(Episode, ep, "episode")])[0]
+
+    def add_episodes(self: Pool, episodes: list[Episode]) -> list[Episode]:
+        """Store new episodes in one transaction (all or none); ConflictError if an id is taken."""
+        eps = [coerce(Episode, ep, f"episodes[{i}]") for i, ep in enumerate(episodes)]
+        ids = sorted(ep.episode_id for ep in eps)
+        for a, b in zip(ids, ids[1:], strict=False):
+            if a == b:
+                raise ConflictError("two episodes in one batch share an episode_id", episode_id=a)
+        if not eps:
+            return []
+        with self._tx(write=True) as c:
+            for chunk in chunks(ids):
+                taken = c.execute(_TAKEN, {"ids": chunk}).scalar()
+                if taken is not None:
+                    raise ConflictError("an episode with this id already exists", episode_id=taken)
+            c.execute(E.insert(), [_row(ep) for ep in eps])
+        return eps
+
+    def heartbeat(self: Pool, episode_id: str) -> None:
+        """Record activity on an open episode (keeps abandon_stale away)."""
+        with self._tx(write=True) as c:
+            self._open_episode(c, episode_id)
+            c.execute(E.update().where(E.c.episode_id == episode_id).values(updated_at=now()))
+
+    def end_episode(
+        self: Pool,
+        episode_id: str,
+        status: EpisodeStatus = EpisodeStatus.finished,
+        reward: float | None = None,
+        step_rewards: Mapping[str, float] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Episode:
+        """End an open episode; ``reward`` / ``step_rewards`` given here are final."""
+        return self.end_episodes([EpisodeEnding(episode_id, status, reward, step_rewards, metadata)])[0]
+
+    def end_episodes(self: Pool, endings: list[EpisodeEnding]) -> list[Episode]:
+        """End open episodes in one transaction (all or none), in order; the ended episodes as stored.
+
+        Ending one episode twice in a batch is a ConflictError, as it is one call after the other.
+        """
+        endings = [_checked(e) for e in endings]
+        if not endings:
+            return []
+        ids = sorted({e.episode_id for e in endings})
+        with self._tx(write=True) as c:
+            # the update writes every _ENDED column back, changed or not, so the rows stay locked from
+            # this read on: SQLite's write lock does it, PostgreSQL locks them (in id order: concurrent
+            # batches queue, never deadlock)
+            rows = _rows(c, _ROWS_LOCKED if self.dialect == "postgresql" else _ROWS, ids)
+            t = now()
+            updates = []
+            for e in endings:
+                row = rows.get(e.episode_id)
+                if row is None:
+                    raise NotFoundError("no such episode", episode_id=e.episode_id)
+                if row["status"] != EpisodeStatus.open.value:
+                    raise ConflictError(f"episode is {row['status']}, not open", episode_id=e.episode_id)
+                row.update(status=e.status.value, updated_at=t, ended_at=t)
+                if e.reward is not None:
+                    row.update(reward=float(e.reward), reward_status=RewardStatus.final.value)
+                if e.metadata:
+                    row["meta"] = {**row["meta"], **dict(e.metadata)}
+                updates.append({"_id": e.episode_id, **{k: row[k] for k in _ENDED}})
+            c.execute(_SET_EPISODE, updates)
+            _final_step_rewards(c, endings)
+            stored = _rows(c, _ROWS, ids)
+        return [to_episode(stored[e.episode_id]) for e in endings]
+
+    def abort_episode(self: Pool, episode_id: str) -> Episode:
+        """End an open episode as failed."""
+        return self.end_episode(episode_id, status=EpisodeStatus.failed)
+
+    def abandon_stale(self: Pool, now: float | None = None) -> list[str]:
+        """Mark open episodes idle for longer than their ``timeout_s`` abandoned; returns their ids.
+
+        Their steps stay in the pool (for analysis) but are never leased for training.
+        """
+        t = _clock() if now is None else now
+        stale = sa.and_(
+            E.c.status == EpisodeStatus.open.value,
+            E.c.timeout_s.is_not(None),
+            E.c.updated_at + E.c.timeout_s < t,
+        )
+        with self._tx(write=True) as c:
+            ids = list(c.execute(sa.select(E.c.episode_id).where(stale)).scalars())
+            for chunk in chunks(ids):
+                c.execute(
+                    E.update()
+                    .where(E.c.episode_id.in_(chunk), E.c.status == EpisodeStatus.open.value)
+                    .values(status=EpisodeStatus.abandoned.value, ended_at=t, updated_at=t)
+                )
+        return ids
+
+
+def _row(ep: Episode) -> dict[str, Any]:
+    return {
+        "episode_id": ep.episode_id,
+        "task": ep.task,
+        "group_id": ep.group_id,
+        "client_id": ep.client_id,
+        "type": ep.type.value,
+        "status": ep.status.value,
+        "reward": ep.reward,
+        "reward_status": ep.reward_status.value,
+        "timeout_s": ep.timeout_s,
+        "created_at": ep.created_at,
+        "updated_at": ep.updated_at,
+        "ended_at": ep.ended_at,
+        "meta": ep.metadata,
+    }
+
+
+def _checked(e: EpisodeEnding) -> EpisodeEnding:
+    status = coerce_enum(EpisodeStatus, e.status, "status")
+    if status == EpisodeStatus.open:
+        raise ValidationError("status: an episode cannot be ended as open", episode_id=e.episode_id)
+    check_reward(e.reward, "reward")
+    for sid, r in (e.step_rewards or {}).items():
+        check_reward(r, f"step_rewards[{sid}]")
+    return dataclasses.replace(e, status=status)
+
+
+def _rows(c: sa.Connection, q: sa.Select, ids: list[str]) -> dict[str, dict[str, Any]]:
+    return {r["episode_id"]: dict(r) for chunk in chunks(ids) for r in c.execute(q, {"ids": chunk}).mappings()}
+
+
+def _final_step_rewards(c: sa.Connection, endings: list[EpisodeEnding]) -> None:
+    """Set the endings' step rewards (final); NotFoundError for a step not in its ending's episode."""
+    wanted = [(e.episode_id, sid, float(r)) for e in endings for sid, r in (e.step_rewards or {}).items()]
+    if not wanted:
+        return
+    owner: dict[str, str] = {}
+    for chunk in chunks(sorted({sid for _, sid, _ in wanted})):
+        owner.update(c.execute(_OWNERS, {"ids": chunk}).all())
+    for episode_id, sid, _ in wanted:
+        if owner.get(sid) != episode_id:
+            raise NotFoundError("step_rewards names a step not in this episode", episode_id=episode_id, step_id=sid)
+    # each step belongs to one episode, and its episode's row is locked above: no lock order needed here
+    c.execute(_SET_STEP, [{"_id": sid, "reward": r, "reward_status": RewardStatus.final.value} for _, sid, r in wanted])

@@ -1,0 +1,113 @@
+"""add_episodes / end_episodes: many opens or ends in one transaction, all or none, as one call after the other."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import sqlalchemy as sa
+from pool_helpers import episode, step
+
+from swarm.errors import ConflictError, NotFoundError, ValidationError
+from swarm.pool import Pool, StepFilter
+from swarm.pool.episodes import EpisodeEnding
+from swarm.records import Episode, EpisodeStatus, RewardStatus
+
+
+@contextmanager
+def transactions(pool: Pool) -> Iterator[list[int]]:
+    """Counts the transactions the pool begins inside the block (in ``[0]``)."""
+    n = [0]
+
+    def begin(_conn: sa.Connection) -> None:
+        n[0] += 1
+
+    sa.event.listen(pool.engine, "begin", begin)
+    try:
+        yield n
+    finally:
+        sa.event.remove(pool.engine, "begin", begin)
+
+
+def test_add_episodes_one_transaction_all_or_none(pool: Pool) -> None:
+    eps = [Episode(task="t", group_id=f"g{i}") for i in range(5)]
+    with transactions(pool) as n:
+        assert pool.add_episodes(eps) == eps
+    assert n[0] == 1
+    assert [pool.get_episode(e.episode_id) for e in eps] == eps
+    fresh = Episode(task="t")
+    with pytest.raises(ConflictError, match="already exists"):
+        pool.add_episodes([fresh, Episode(episode_id=eps[2].episode_id, task="t")])
+    with pytest.raises(ConflictError, match="share an episode_id"):
+        pool.add_episodes([fresh, fresh])
+    with pytest.raises(ValidationError, match=r"episodes\[1\]"):
+        pool.add_episodes([fresh, {"task": ""}])
+    with pytest.raises(NotFoundError):
+        pool.get_episode(fresh.episode_id)  # none of the failed batches stored it
+    assert pool.add_episodes([]) == []
+
+
+def test_end_episodes_one_transaction_same_result_as_one_by_one(pool: Pool) -> None:
+    a, b, c = episode(pool, metadata={"seed": 1}), episode(pool), episode(pool)
+    sa_, sb = step(a), step(b)
+    pool.add_steps([sa_, sb])
+    endings = [
+        EpisodeEnding(a.episode_id, reward=0.5, step_rewards={sa_.step_id: 2.0}, metadata={"won": True}),
+        EpisodeEnding(b.episode_id, status="failed"),
+        EpisodeEnding(c.episode_id, reward=1.0),
+    ]
+    with transactions(pool) as n:
+        done = pool.end_episodes(endings)
+    assert n[0] == 1
+    assert done == [pool.get_episode(e.episode_id) for e in endings]  # as stored, in order
+    assert [d.status for d in done] == [EpisodeStatus.finished, EpisodeStatus.failed, EpisodeStatus.finished]
+    assert done[0].metadata == {"seed": 1, "won": True} and done[0].reward == 0.5
+    assert (done[1].reward, done[1].reward_status) == (None, RewardStatus.pending)
+    assert (done[2].reward, done[2].reward_status) == (1.0, RewardStatus.final)
+    got = pool.get_step(sa_.step_id)
+    assert (got.reward, got.reward_status) == (2.0, RewardStatus.final)
+    assert pool.end_episodes([]) == []
+
+
+@pytest.mark.parametrize("bad", ["ended", "twice", "unknown", "foreign_step", "open"])
+def test_end_episodes_one_bad_ending_changes_nothing(pool: Pool, bad: str) -> None:
+    ended, ok, other = episode(pool), episode(pool), episode(pool)
+    s = step(other)
+    pool.add_step(s)
+    pool.end_episode(ended.episode_id)
+    wrong, error = {
+        "ended": (EpisodeEnding(ended.episode_id), ConflictError),
+        "twice": (EpisodeEnding(ok.episode_id, reward=0.0), ConflictError),  # ``ok`` is ended first in the batch
+        "unknown": (EpisodeEnding("ep-nope"), NotFoundError),
+        "foreign_step": (EpisodeEnding(other.episode_id, step_rewards={"step-nope": 1.0}), NotFoundError),
+        "open": (EpisodeEnding(other.episode_id, status=EpisodeStatus.open), ValidationError),
+    }[bad]
+    with pytest.raises(error):
+        pool.end_episodes([EpisodeEnding(ok.episode_id, reward=1.0), wrong])
+    for ep_id in (ok.episode_id, other.episode_id):
+        assert pool.get_episode(ep_id).status == EpisodeStatus.open  # rolled back
+    assert pool.get_step(s.step_id).reward_status == RewardStatus.pending
+    assert pool.count_episodes(StepFilter(episode_status=EpisodeStatus.open)) == 2
+
+
+def test_concurrent_batches_ending_the_same_episodes_in_opposite_orders(pool: Pool) -> None:
+    """Each episode is ended once; the losing batch gets a ConflictError, never a deadlock."""
+
+    def end(order: list[str], results: list[object]) -> None:
+        try:
+            results.append(pool.end_episodes([EpisodeEnding(i, reward=1.0) for i in order]))
+        except ConflictError as exc:
+            results.append(exc)
+
+    for _ in range(5):
+        ids = [episode(pool).episode_id for _ in range(20)]
+        results: list[object] = []
+        threads = [threading.Thread(target=end, args=(o, results)) for o in (ids, ids[::-1])]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(type(r).__name__ for r in results) == ["ConflictError", "list"]
+        assert all(pool.get_episode(i).status == EpisodeStatus.finished for i in ids)
