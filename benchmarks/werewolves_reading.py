@@ -1,0 +1,133 @@
+"""Benchmark (a probe): can the tiny model learn to read the seer's accusation out of its prompt?
+
+The heuristic village wins half its games mostly by voting for the player a seer claim accused.
+For the model that means copying a player number from the compact observation into its JSON
+answer. This probe takes village vote decisions from heuristic games (seeds 0-299 to train,
+10000-10099 to test), renders them exactly as the LLM seat does (system prompt, compact
+observation, chat template, the answer's forced prefix ``{"target": ``), puts LoRA r16 on the
+tiny model (the task's recipe) and trains only the one free position, the target digit, masked
+to the legal targets like the JSON enum:
+
+- ``--mode rl``: REINFORCE, batch 64, reward 1 when the vote names a wolf, mean baseline;
+- ``--mode supervised``: cross-entropy on the accused player, decisions with a living accused only.
+
+Printed every 20 steps: the test decisions' expected share of votes naming a wolf (uniform
+votes: ~0.35; always the accused where there is one: far higher).
+
+    /work/bin/wt-env python benchmarks/werewolves_reading.py --mode supervised --lr 3e-3 --steps 100
+    /work/bin/wt-env python benchmarks/werewolves_reading.py --mode rl --lr 3e-3 --steps 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from experiments.werewolves import Game, HeuristicPlayer, deal_roles  # noqa: E402
+from experiments.werewolves.game import WEREWOLF, Decision, side_of  # noqa: E402
+from experiments.werewolves.heuristic import seer_claims  # noqa: E402
+from experiments.werewolves.llm_player import COMPACT_SYSTEM  # noqa: E402
+from experiments.werewolves.observe import compact_observation  # noqa: E402
+
+
+def vote_decisions(games: int, base: int) -> list[tuple[Decision, list[str]]]:
+    """The village's vote decisions (with the game's roles) of ``games`` all-heuristic games."""
+    out: list[tuple[Decision, list[str]]] = []
+    for seed in range(base, base + games):
+        roles = deal_roles(seed)
+
+        class Recorder(HeuristicPlayer):
+            def act(self, d: Decision, roles: list[str] = roles) -> Any:
+                if d.kind == "vote":
+                    out.append((d, roles))
+                return super().act(d)
+
+        Game(roles, seed).play([Recorder(p, seed) if side_of(r) == "village" else HeuristicPlayer(p, seed)
+                                for p, r in enumerate(roles)])
+    return out
+
+
+def accused(d: Decision) -> int | None:
+    """The latest living player a seer claim accused, if any."""
+    names = [t for accused in seer_claims(d.events).values() for t in accused if t in d.targets]
+    return names[-1] if names else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", choices=("rl", "supervised"), default="rl")
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--steps", type=int, default=200)
+    args = ap.parse_args()
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from swarm.policy.tiny import ensure_tiny_model
+
+    torch.manual_seed(0)
+    rng = random.Random(0)
+    path = ensure_tiny_model()
+    tok = AutoTokenizer.from_pretrained(path)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(path), LoraConfig(
+        r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+
+    def encode(d: Decision) -> tuple[list[int], list[int]]:
+        chat = [{"role": "system", "content": COMPACT_SYSTEM}, {"role": "user", "content": compact_observation(d)}]
+        text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) + '{"target": '
+        return tok.encode(text, add_special_tokens=False), [tok.encode(str(t), add_special_tokens=False)[0] for t in d.targets]
+
+    train = [(encode(d), d, roles) for d, roles in vote_decisions(300, 0)]
+    test = [(encode(d), d, roles) for d, roles in vote_decisions(100, 10_000)]
+    if args.mode == "supervised":
+        train = [x for x in train if accused(x[1]) is not None]
+    print(f"{len(train)} training decisions, {len(test)} test decisions", flush=True)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
+
+    def target_logprobs(items: list[Any]) -> list[Any]:
+        width = max(len(ids) for (ids, _), _, _ in items)
+        batch = torch.full((len(items), width), tok.pad_token_id or 0)
+        mask = torch.zeros_like(batch)
+        for k, ((ids, _), _, _) in enumerate(items):  # left padding: the answer position is last
+            batch[k, width - len(ids):] = torch.tensor(ids)
+            mask[k, width - len(ids):] = 1
+        logits = model(input_ids=batch, attention_mask=mask).logits[:, -1]
+        return [torch.log_softmax(logits[k, cand], -1) for k, ((_, cand), _, _) in enumerate(items)]
+
+    def wolf_share() -> float:
+        with torch.no_grad():
+            total = 0.0
+            for j in range(0, len(test), 64):
+                items = test[j:j + 64]
+                for lp, (_, d, roles) in zip(target_logprobs(items), items, strict=True):
+                    total += sum(float(p) for p, t in zip(lp.exp(), d.targets, strict=True) if roles[t] == WEREWOLF)
+        return total / len(test)
+
+    t0 = time.time()
+    print(f"step 0: test votes naming a wolf {wolf_share():.3f}", flush=True)
+    for step in range(1, args.steps + 1):
+        items = rng.sample(train, 64)
+        lps = target_logprobs(items)
+        if args.mode == "supervised":
+            loss = -sum(lp[list(d.targets).index(accused(d))] for lp, (_, d, _) in zip(lps, items, strict=True)) / 64
+        else:
+            picks = [int(torch.distributions.Categorical(logits=lp.detach()).sample()) for lp in lps]
+            rewards = [float(roles[d.targets[a]] == WEREWOLF) for a, (_, d, roles) in zip(picks, items, strict=True)]
+            base = sum(rewards) / len(rewards)
+            loss = -sum((r - base) * lp[a] for lp, a, r in zip(lps, picks, rewards, strict=True)) / 64
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 20 == 0:
+            print(f"step {step}: test votes naming a wolf {wolf_share():.3f} ({time.time() - t0:.0f} s)", flush=True)
+    print(f"reading ({args.mode}, lr {args.lr:g}): test votes naming a wolf after {args.steps} steps {wolf_share():.3f}")
+
+
+if __name__ == "__main__":
+    main()
