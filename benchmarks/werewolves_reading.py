@@ -5,7 +5,8 @@ For the model that means copying a player number from the compact observation in
 answer. This probe takes village vote decisions from heuristic games (seeds 0-299 to train,
 10000-10099 to test), renders them exactly as the LLM seat does (system prompt, compact
 observation, chat template, the answer's forced prefix ``{"target": ``), puts LoRA r16 on the
-tiny model (the task's recipe) and trains only the one free position, the target digit, masked
+tiny model as the task builds it (word-chain warm-up; ``--wide``: the 4.2M tiny_wide
+architecture, same warm-up) and trains only the one free position, the target digit, masked
 to the legal targets like the JSON enum:
 
 - ``--mode rl``: REINFORCE, batch 64, reward 1 when the vote names a wolf, mean baseline;
@@ -64,16 +65,18 @@ def main() -> None:
     ap.add_argument("--mode", choices=("rl", "supervised"), default="rl")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--wide", action="store_true", help="hidden 256 / intermediate 1024 (conf/model/tiny_wide.yaml)")
     args = ap.parse_args()
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from swarm.policy.tiny import ensure_tiny_model
+    from flows.components import model_path
 
     torch.manual_seed(0)
     rng = random.Random(0)
-    path = ensure_tiny_model()
+    wide = {"hidden_size": 256, "intermediate_size": 1024} if args.wide else {}
+    path = model_path({"backend": "hf", "warmup": "word_chain", "seed": 0, "tiny_spec": wide})
     tok = AutoTokenizer.from_pretrained(path)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(path), LoraConfig(
         r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
@@ -126,7 +129,7 @@ def main() -> None:
         opt.step()
         if step % 20 == 0:
             print(f"step {step}: test votes naming a wolf {wolf_share():.3f} ({time.time() - t0:.0f} s)", flush=True)
-    print(f"reading ({args.mode}, lr {args.lr:g}): test votes naming a wolf after {args.steps} steps {wolf_share():.3f}")
+    print(f"reading ({args.mode}, lr {args.lr:g}{', wide' if args.wide else ''}): test votes naming a wolf after {args.steps} steps {wolf_share():.3f}")
 
 
 if __name__ == "__main__":
