@@ -57,6 +57,7 @@ class _Job:
     out: asyncio.Queue
     remaining: int = 0
     cancelled: bool = False
+    deltas: bool = True  # send each token as it is sampled (stream); generate only needs the finals
     version: int = 0
     finals: dict[int, Generation] = field(default_factory=dict)
 
@@ -185,10 +186,15 @@ class HFBackend(LocalTokenizer, VersionTable):
 
     # ----------------------------------------------------------------------------- protocol: generation
     async def generate(self, request: GenerateRequest) -> list[Generation]:
-        return [item async for item in self.stream(request) if isinstance(item, Generation)]
+        # no per-token deltas: each one wakes the caller's event loop, 256 wake-ups per echo update for nothing
+        return [item async for item in self._items(request, deltas=False) if isinstance(item, Generation)]
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[TokenDelta | Generation]:
-        job = self._submit(request)
+        async for item in self._items(request, deltas=True):
+            yield item
+
+    async def _items(self, request: GenerateRequest, deltas: bool) -> AsyncIterator[TokenDelta | Generation]:
+        job = self._submit(request, deltas)
         finished = False
         try:
             while True:
@@ -236,7 +242,7 @@ class HFBackend(LocalTokenizer, VersionTable):
         self._check_policy(policy)
         self.grammars().compile(constraint)
 
-    def _submit(self, request: GenerateRequest) -> _Job:
+    def _submit(self, request: GenerateRequest, deltas: bool = True) -> _Job:
         s = request.sampling
         if s.n < 1 or s.max_tokens < 1:
             raise ValidationError("n and max_tokens must be >= 1", policy=request.policy)
@@ -256,7 +262,7 @@ class HFBackend(LocalTokenizer, VersionTable):
                 mask=None if c is None else self.grammars().matcher(c))
             for i in range(s.n)
         ]
-        job = _Job(request, ids, rows, asyncio.get_running_loop(), asyncio.Queue(), remaining=s.n)
+        job = _Job(request, ids, rows, asyncio.get_running_loop(), asyncio.Queue(), remaining=s.n, deltas=deltas)
         for r in rows:
             r.owner = job
         self._ensure_worker()
@@ -389,6 +395,8 @@ class HFBackend(LocalTokenizer, VersionTable):
 
         def on_token(row: Row, tok: int, lp: float, text: str) -> None:
             self.stats["tokens"] += 1
+            if not row.owner.deltas:
+                return
             top = [row.top[-1]] if row.sampling.top_logprobs > 0 else None
             self._send(row.owner, TokenDelta(index=row.index, token_ids=[tok], logprobs=[lp], text=text,
                                              top_logprobs=top))
