@@ -27,7 +27,7 @@ functions of the game result; nothing here opens or ends episodes.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from experiments.werewolves.game import GameResult, side_of
 
@@ -40,16 +40,23 @@ MAX_VOTE_SHAPING = 0.5
 _VOTE = re.compile(r"(\d+)->(\d+)")
 
 
-def vote_record(result: GameResult, roles: Sequence[str]) -> dict[int, tuple[int, int, int]]:
-    """player -> (votes cast, votes for a member of the other side, such votes that eliminated that player)."""
-    out: dict[int, tuple[int, int, int]] = {}
+def _ballots(result: GameResult, roles: Sequence[str]) -> Iterator[tuple[int, int, int, bool, bool]]:
+    """(round, voter, target, hit, kill) per day vote: ``hit`` the target is on the voter's other side,
+    ``kill`` such a vote whose target the day put out."""
     for e in result.events:
         if e.kind == "vote":
             for voter, target in _VOTE.findall(e.text.split(".")[0]):
                 v, t = int(voter), int(target)
-                cast, hits, kills = out.get(v, (0, 0, 0))
-                hit = int(side_of(roles[t]) != side_of(roles[v]))
-                out[v] = (cast + 1, hits + hit, kills + int(hit and e.target == t))
+                hit = side_of(roles[t]) != side_of(roles[v])
+                yield e.round, v, t, hit, hit and e.target == t
+
+
+def vote_record(result: GameResult, roles: Sequence[str]) -> dict[int, tuple[int, int, int]]:
+    """player -> (votes cast, votes for a member of the other side, such votes that eliminated that player)."""
+    out: dict[int, tuple[int, int, int]] = {}
+    for _, v, _, hit, kill in _ballots(result, roles):
+        cast, hits, kills = out.get(v, (0, 0, 0))
+        out[v] = (cast + 1, hits + hit, kills + kill)
     return out
 
 
@@ -94,11 +101,7 @@ def vote_step_rewards(result: GameResult, roles: Sequence[str], player: int, vot
     """step id -> reward for ``player``'s vote steps (``vote_steps``: round -> step id); see the module docstring."""
     won = result.winner == side_of(roles[player])
     out: dict[str, float] = {}
-    for e in result.events:
-        if e.kind == "vote" and e.round in vote_steps:
-            for voter, target in _VOTE.findall(e.text.split(".")[0]):
-                if int(voter) == player:
-                    kill = int(side_of(roles[int(target)]) != side_of(roles[player]) and e.target == int(target))
-                    out[vote_steps[e.round]] = player_reward(won, result.format_errors[player], 1, kill,
-                                                             vote_shaping)["reward"]
+    for rnd, voter, _, _, kill in _ballots(result, roles):
+        if voter == player and rnd in vote_steps:
+            out[vote_steps[rnd]] = player_reward(won, result.format_errors[player], 1, kill, vote_shaping)["reward"]
     return out
