@@ -2,33 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present: the check would run in full")
-def test_skips_without_cuda(capsys):
-    assert _load().main([]) == 0
+def test_skips_without_cuda(capsys, load_bench):
+    assert load_bench("gpu_check").main([]) == 0
     assert capsys.readouterr().out.strip() == "no CUDA GPU: gpu_check skipped"
 
 
 @pytest.mark.slow  # 30-60 s on 2 busy cores, most of it compiling flex attention for the CPU forward
-def test_cpu_smoke_runs_end_to_end(capsys):
-    assert _load().main(["--device", "cpu", "--small"]) == 0
+def test_cpu_smoke_runs_end_to_end(capsys, load_bench):
+    assert load_bench("gpu_check").main(["--device", "cpu", "--small"]) == 0
     out = capsys.readouterr().out
     assert "| generate (hf backend) |" in out and "| flex == dense | ok:" in out
     assert "| update tree, dense |" in out and "| update none, dense |" in out

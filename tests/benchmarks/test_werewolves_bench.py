@@ -12,26 +12,12 @@ served) the votes stay scattered and the interval straddles zero.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "werewolves_bench.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("werewolves_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["werewolves_bench"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.slow  # ~5 min on 2 cores: 64 eval games before and after, 40 updates
-def test_the_village_learns_to_agree_on_a_wolf(tmp_path):
-    r = _load().run(minutes=6, updates=40, eval_games=64, workers=8, overrides=["seed=0"], out_dir=tmp_path)
+def test_the_village_learns_to_agree_on_a_wolf(tmp_path, load_bench):
+    r = load_bench("werewolves_bench").run(minutes=6, updates=40, eval_games=64, workers=8, overrides=["seed=0"], out_dir=tmp_path)
     assert r["updates"] >= 20, r["updates"]
     lo, hi = r["kill_ci"]
     assert lo > 0, f"votes that eliminated a wolf: {r['vote_kill_rate']} (95% CI of the gain {lo:.1f}..{hi:.1f} points)"
