@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = ["ConfigError", "RunConfig", "TaskSection", "TrainSection", "BatchingSection", "MlflowSection",
-           "validate", "check_pool_url", "unknown_key_hint"]
+           "validate", "check_pool_url", "check_task", "unknown_key_hint"]
 
 
 class ConfigError(ValueError):
@@ -166,6 +166,21 @@ def unknown_key_hint(key: str, known: list[str], *, cutoff: float = 0.75, sectio
     """
     close = difflib.get_close_matches(key, known, n=1, cutoff=cutoff)
     return f" (did you mean {section + '.' if section else ''}{close[0]}?)" if close else ""
+
+
+def check_task(task: TaskSection) -> None:
+    """Fail fast (one line) when ``task.name`` is not a task package or ``task.options`` are wrong for it,
+    so a bad option stops the run before anything starts rather than failing every episode."""
+    from swarm.client.task import check_options, load_task
+
+    try:
+        package = load_task(task.name)
+    except ValueError as exc:
+        raise ConfigError(f"task.name={task.name!r}: {exc}") from None
+    try:
+        check_options(package, task.options)
+    except ValueError as exc:
+        raise ConfigError(f"task.options: {exc}") from None
 
 
 def check_pool_url(url: str, timeout_s: float = 3.0) -> None:

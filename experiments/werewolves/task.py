@@ -22,7 +22,7 @@ from experiments.werewolves.heuristic import HeuristicPlayer
 from experiments.werewolves.llm_player import ALL_KINDS, LLMPlayer, openai_chat
 from experiments.werewolves.reward import MAX_VOTE_SHAPING, player_reward, side_reward, vote_record, vote_step_rewards
 
-__all__ = ["WerewolvesOptions", "run_multiagent", "HEARTBEAT_S"]
+__all__ = ["WerewolvesOptions", "check_options", "run_multiagent", "HEARTBEAT_S"]
 
 HEARTBEAT_S = 10.0
 SIDES = ("wolves", "village")
@@ -79,6 +79,11 @@ class WerewolvesOptions:
         if self.opponents.startswith("policy:"):
             return self.opponents.split(":", 1)[1], "eval"
         return None, ""
+
+
+def check_options(options: dict[str, Any]) -> None:
+    """Refuse bad task options at start-up (the flow calls it before starting anything)."""
+    WerewolvesOptions.from_options(options)
 
 
 def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: Any, kind: str = "train"

@@ -7,6 +7,9 @@ A task package is a module ``experiments.<name>`` (or any importable module path
   policy only through ``llm`` (an OpenAI base_url + api key) and returns reward parts, at least
   ``{"reward": float}``;
 - optionally ``configure(**options)``: called once per worker process with the task options;
+- optionally ``check_options(options: dict) -> None``: raises ValueError naming a bad option, so a
+  run refuses it before starting anything (:func:`check_options`; without it the options are
+  bound to ``configure``'s signature);
 - or, for multi-agent tasks, ``run_multiagent(instance, client, group_id, cfg, kind) -> dict``: one
   game that opens its own episodes (one per LLM player) through ``client``
   (:class:`swarm.client.sdk.SwarmClient`), ends them with their rewards, and returns the
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -31,7 +35,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["AgentLLM", "TaskPackage", "load_task"]
+__all__ = ["AgentLLM", "TaskPackage", "load_task", "check_options"]
 
 
 @dataclass
@@ -96,3 +100,23 @@ def load_task(name: str) -> TaskPackage:
     if not callable(run_episode) and not callable(run_multiagent):
         raise ValueError(f"task {name!r}: {module_name} needs run_episode(instance, llm) or run_multiagent(...)")
     return TaskPackage(name.rsplit(".", 1)[-1], make_instance, run_episode, run_multiagent, mod)
+
+
+def check_options(task: TaskPackage, options: dict[str, Any]) -> None:
+    """Raise ValueError when ``options`` cannot work for ``task``, before any worker starts.
+
+    The package's own ``check_options(options)`` decides when it has one; otherwise the options
+    must bind to ``configure``'s parameters (a task without either takes any options: its
+    ``run_multiagent`` reads ``cfg.options`` itself).
+    """
+    own = getattr(task.module, "check_options", None)
+    if callable(own):
+        own(dict(options))
+        return
+    configure = getattr(task.module, "configure", None)
+    if callable(configure) and options:
+        try:
+            inspect.signature(configure).bind(**options)
+        except TypeError as exc:
+            known = [p for p in inspect.signature(configure).parameters if p not in ("args", "kwargs")]
+            raise ValueError(f"{task.name}: {exc}; its options: {known}") from None

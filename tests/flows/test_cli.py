@@ -41,6 +41,10 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     (["runner.workers=0"], "runner.workers=0"),
     (["pool.url=postgresql+psycopg://nobody@127.0.0.1:9/x"], "cannot connect"),
     (["pool.url=foo://x"], "unsupported database 'foo'"),
+    (["+task=werewolves", "task.options.vote_shaping=0.9"], "task.options: werewolves: vote_shaping=0.9"),
+    (["+task=werewolves", "+task.options.colour=red"], "unknown option(s) ['colour']"),
+    (["+task=cocktail", "+task.options.mixx={echo:1}"], "task.options: cocktail: got an unexpected keyword"),
+    (["task.name=no_such_task"], "task.name='no_such_task': task 'no_such_task': no module"),
 ])
 def test_bad_values_fail_fast_with_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
     proc = _cli(tmp_path, *args)
@@ -85,3 +89,18 @@ def test_sqlite_pool_folder_must_be_creatable(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot create"):
         check_pool_url(f"sqlite:///{tmp_path / 'file' / 'sub' / 'pool.db'}")
     check_pool_url(f"sqlite:///{tmp_path / 'ok' / 'pool.db'}")
+
+
+def test_task_options_are_checked_by_the_package_or_configure() -> None:
+    from flows.config import TaskSection, check_task
+
+    def task(name: str, **options: object) -> TaskSection:
+        return TaskSection(name=name, group_size=2, temperature=1.0, max_tokens=4, episode_timeout_s=1, options=options)
+
+    check_task(task("werewolves", vote_shaping=0.5))  # the package's own check_options accepts it
+    check_task(task("cocktail", mix={"echo": 1}))  # bound to configure(mix=...)
+    check_task(task("echo"))  # no options, no configure: nothing to check
+    with pytest.raises(ConfigError, match=r"task.options: werewolves: llm_decisions=\['dance'\]"):
+        check_task(task("werewolves", llm_decisions=["dance"]))
+    with pytest.raises(ConfigError, match=r"task.options: cocktail: .*'weights'.*its options: \['mix'\]"):
+        check_task(task("cocktail", weights={"echo": 1}))

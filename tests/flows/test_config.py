@@ -24,10 +24,10 @@ def test_default_config_is_the_tiny_cpu_run() -> None:
 
 @pytest.mark.parametrize("task", TASKS)
 def test_every_task_composes(task: str) -> None:
-    from swarm.client import load_task
+    from flows.config import TaskSection, check_task
 
     cfg = _compose(f"+task={task}")
-    load_task(cfg.task.name)  # names a real task package
+    check_task(TaskSection.model_validate(OmegaConf.to_container(cfg.task, resolve=True)))  # a real package, valid options
     assert set(cfg.task.options.get("role_policies", {}).values()) <= set(cfg.policies) | {"default"}
     OmegaConf.to_container(cfg, resolve=False)
 
