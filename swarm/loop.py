@@ -117,11 +117,12 @@ def episode_metrics(pool: Pool, since: float, lookback_s: float = 3600.0,
     ``run_multiagent`` returned (stored in each episode's ``metadata.metrics``), plus ``reward`` and the
     episode count ``n``. Werewolves: ``win`` (per seat of the trained side, so the side's win rate),
     ``win_<role>``, ``rounds``, ``format_penalty``; math: its accuracy parts."""
-    eps = pool.query_episodes(StepFilter(episode_status=EpisodeStatus.finished, since=since - lookback_s),
-                              limit=_SCAN)
+    # since: the created_at index bounds the scan; ended_since: only this update's episodes come back
+    eps = pool.query_episodes(StepFilter(episode_status=EpisodeStatus.finished, since=since - lookback_s,
+                                         ended_since=since), limit=_SCAN)
     sums: dict[str, dict[str, list[float]]] = {"episodes": defaultdict(list), "eval": defaultdict(list)}
     for e in eps:
-        if e.ended_at is None or e.ended_at < since or not _trained(e, policies):
+        if not _trained(e, policies):
             continue
         bucket = sums["eval" if e.type == EpisodeType.eval else "episodes"]
         bucket["n"].append(1.0)

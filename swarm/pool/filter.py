@@ -41,6 +41,8 @@ class StepFilter(BaseModel):
     min_group_size: int | None = Field(default=None, ge=1)
     since: float | None = None
     until: float | None = None
+    # the episode ended at or after this time (unfinished episodes never match)
+    ended_since: float | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     label: str | None = None
     # steps or episodes labelled with exclude=True are dropped unless this is set

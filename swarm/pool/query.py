@@ -122,6 +122,8 @@ def step_conditions(f: StepFilter, dialect: str, groups: bool = True) -> list[sa
         c.append(S.c.created_at >= f.since)
     if f.until is not None:
         c.append(S.c.created_at <= f.until)
+    if f.ended_since is not None:
+        c.append(E.c.ended_at >= f.ended_since)
     for key, value in f.metadata.items():
         # the step's own metadata wins; a key it lacks is looked up on its episode
         c.append(
@@ -203,6 +205,8 @@ def episode_conditions(f: StepFilter, dialect: str) -> list[sa.ColumnElement]:
         c.append(E.c.created_at >= f.since)
     if f.until is not None:
         c.append(E.c.created_at <= f.until)
+    if f.ended_since is not None:
+        c.append(E.c.ended_at >= f.ended_since)
     for key, value in f.metadata.items():
         c.append(_json_eq(E.c.meta, key, value, dialect))
     if not f.include_excluded:

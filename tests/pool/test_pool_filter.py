@@ -53,6 +53,11 @@ def test_scalar_fields(pool: Pool):
     assert ids(pool, until=200.0) == A
     assert ids(pool, since=150.0, until=250.0) == {a1.step_id}
     assert ids(pool, policy="p", task="b") == set()
+    ended = pool.query_episodes(StepFilter(episode_id=ep_b.episode_id))[0].ended_at
+    assert ended is not None
+    assert ids(pool, ended_since=ended) == B  # ep_a is still open: never matches
+    assert ids(pool, ended_since=ended + 1) == set()
+    assert {e.episode_id for e in pool.query_episodes(StepFilter(ended_since=ended))} == {ep_b.episode_id}
 
 
 def test_ordering_and_paging(pool: Pool):
