@@ -73,6 +73,9 @@ def _loc(loc: tuple[Any, ...] | list[Any]) -> str | None:
     return ".".join(parts) or None
 
 
+_NOT_AN_OBJECT = ("missing", "model_attributes_type", "model_type", "dict_type")
+
+
 def describe_validation(errors: list[dict[str, Any]]) -> ApiError:
     """One 400 naming the first bad field (and how many others there are) from pydantic errors."""
     if not errors:
@@ -83,9 +86,13 @@ def describe_validation(errors: list[dict[str, Any]]) -> ApiError:
                         code="invalid_json")
     param = _loc(first.get("loc", ()))
     if param is None and tuple(first.get("loc", ())) == ("body",):
-        what = "missing" if first.get("type") == "missing" else "not a JSON object"
-        return ApiError(400, f"the request body is {what}; send a JSON object (Content-Type: application/json)",
-                        code="invalid_json")
+        if first.get("type") in _NOT_AN_OBJECT:
+            what = "missing" if first.get("type") == "missing" else "not a JSON object"
+            return ApiError(400, f"the request body is {what}; send a JSON object (Content-Type: application/json)",
+                            code="invalid_json")
+        # a check of the whole body (NUL, nesting depth, NaN): say which, not "not a JSON object"
+        return ApiError(400, f"request body: {str(first.get('msg')).removeprefix('Value error, ')}",
+                        code="invalid_value")
     msg = f"{param}: {first.get('msg')}" if param else str(first.get("msg"))
     if len(errors) > 1:
         msg += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
