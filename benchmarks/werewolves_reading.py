@@ -4,7 +4,7 @@ The heuristic village wins half its games mostly by voting for the player a seer
 For the model that means copying a player number from the compact observation into its JSON
 answer. This probe takes village vote decisions from heuristic games (seeds 0-299 to train,
 10000-10099 to test), renders them exactly as the LLM seat does (system prompt, compact
-observation, chat template, the answer's forced prefix ``{"target": ``), puts LoRA r16 on the
+observation, chat template, the answer's forced prefix ``{"target":``), puts LoRA r16 on the
 tiny model as the task builds it (word-chain warm-up; ``--wide``: the 4.2M tiny_wide
 architecture, same warm-up) and trains only the one free position, the target digit, masked
 to the legal targets like the JSON enum:
@@ -83,7 +83,8 @@ def main() -> None:
 
     def encode(d: Decision) -> tuple[list[int], list[int]]:
         chat = [{"role": "system", "content": COMPACT_SYSTEM}, {"role": "user", "content": compact_observation(d)}]
-        text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) + '{"target": '
+        # the answer as the gateway's constrained decoding writes it (compact separators): {"target":4}
+        text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) + '{"target":'
         return tok.encode(text, add_special_tokens=False), [tok.encode(str(t), add_special_tokens=False)[0] for t in d.targets]
 
     train = [(encode(d), d, roles) for d, roles in vote_decisions(300, 0)]

@@ -4,14 +4,19 @@ The compact observation is a few fixed lines built only from what the player may
 role, private facts of that role, and the public record), in the same order every time, so a
 small model with a short context can read it:
 
-    you: 5 villager
-    day: 2 alive: 1 2 3 5 6 8
-    seer claims: 6 accuses 4
-    voted against a seer claimant: 3 8
+    you:5 villager
+    day:2 alive:1,2,3,5,6,8
+    seer claims: 6 accuses:4
+    voted against a seer claimant:3,8
     vote for a living player
 
+Every player number a decision may answer with is written right after ``:`` or ``,``, never
+after a space: the answer ``{"target":4}`` (the gateway's compact JSON separators) holds the
+bare digit token, and in the tiny tokenizer `` 4`` (space-digit) is another token, so a number
+written after a space would have to be translated before it could be copied.
+
 The public facts are stated, not judged: ``seer claims`` lists every public "I am the seer.
-Player N is a werewolf" claim as ``C accuses N`` (true or not), ``voted against a seer
+Player N is a werewolf" claim as ``C accuses:N`` (true or not), ``voted against a seer
 claimant`` lists the living players whose recorded votes targeted a claimant. Private lines:
 wolves see ``wolves:`` and this night's proposals, the seer ``checked:`` with the roles it
 learned, the witch tonight's victim and her potions left. Speech decisions also see today's
@@ -47,9 +52,9 @@ _ASK = {
 
 
 def claims_line(d: Decision) -> str:
-    """``<claimant> accuses <accused>`` for every public seer claim with an accusation ("-" when none)."""
-    pairs = [f"{c} accuses {t}" for c, accused in seer_claims(d.events).items() for t in accused]
-    return " ".join(pairs) or "-"
+    """``<claimant> accuses:<accused>`` for every public seer claim with an accusation ("-" when none)."""
+    pairs = [f"{c} accuses:{t}" for c, accused in seer_claims(d.events).items() for t in accused]
+    return ", ".join(pairs) or "-"
 
 
 def against_line(d: Decision) -> str:
@@ -62,29 +67,34 @@ def against_line(d: Decision) -> str:
                 v, t = int(voter), int(target)
                 if t in claimants and v != t and v in d.alive and v != d.player and v not in out:
                     out.append(v)
-    return " ".join(map(str, out)) or "-"
+    return _numbers(out)
+
+
+def _numbers(players: list[int] | tuple[int, ...]) -> str:
+    """``1,2,3`` (no spaces: see the module docstring), "-" for none."""
+    return ",".join(map(str, players)) or "-"
 
 
 def _private(d: Decision) -> list[str]:
     if d.role == WEREWOLF:
-        lines = ["wolves: " + " ".join(str(p) for p, r in sorted(d.known.items()) if r == WEREWOLF)]
+        lines = ["wolves:" + _numbers([p for p, r in sorted(d.known.items()) if r == WEREWOLF])]
         if d.kind == "wolf_kill":
-            lines.append("proposals: " + (" ".join(map(str, d.info.get("proposals", []))) or "-"))
+            lines.append("proposals:" + _numbers(d.info.get("proposals", [])))
         return lines
     if d.role == SEER:
         checked = [f"{p} {r}" for p, r in sorted(d.known.items()) if p != d.player]
-        return ["checked: " + (", ".join(checked) or "-")]
+        return ["checked:" + (",".join(checked) or "-")]
     if d.role == WITCH and d.kind == "witch":
         victim = d.info.get("victim")
-        return [f"victim: {'-' if victim is None else victim} save: {'yes' if d.info.get('save') else 'no'} "
-                f"poison: {'yes' if d.info.get('poison') else 'no'}"]
+        return [f"victim:{'-' if victim is None else victim} save:{'yes' if d.info.get('save') else 'no'} "
+                f"poison:{'yes' if d.info.get('poison') else 'no'}"]
     return []
 
 
 def compact_observation(d: Decision) -> str:
     """The user message of one decision in the compact format (see the module docstring)."""
-    lines = [f"you: {d.player} {d.role}", f"day: {d.round} alive: {' '.join(map(str, d.alive))}", *_private(d),
-             f"seer claims: {claims_line(d)}", f"voted against a seer claimant: {against_line(d)}"]
+    lines = [f"you:{d.player} {d.role}", f"day:{d.round} alive:{_numbers(d.alive)}", *_private(d),
+             f"seer claims: {claims_line(d)}", f"voted against a seer claimant:{against_line(d)}"]
     if d.kind in SPEECH_KINDS:
         today = [e.text for e in d.events if e.kind == "speech" and e.to is None and e.round == d.round]
         lines += today[-8:]
