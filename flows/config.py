@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = ["ConfigError", "RunConfig", "TaskSection", "TrainSection", "BatchingSection", "MlflowSection",
-           "validate", "check_pool_url", "check_task", "unknown_key_hint"]
+           "validate", "check_pool_url", "check_task", "unknown_key_hint", "workers_elsewhere"]
 
 
 class ConfigError(ValueError):
@@ -168,18 +168,33 @@ def unknown_key_hint(key: str, known: list[str], *, cutoff: float = 0.75, sectio
     return f" (did you mean {section + '.' if section else ''}{close[0]}?)" if close else ""
 
 
-def check_task(task: TaskSection) -> None:
+def workers_elsewhere(runner: dict[str, Any]) -> bool:
+    """Whether this run starts no client workers in this environment (``runner=process
+    runner.processes=0``, or Ray on an existing cluster): the task package may then live only there."""
+    kind = runner.get("kind", "thread")
+    return (kind == "process" and int(runner.get("processes", 1)) == 0) or (kind == "ray" and bool(runner.get("address")))
+
+
+def check_task(task: TaskSection, runner: dict[str, Any] | None = None) -> None:
     """Fail fast (one line) when ``task.name`` is not a task package or ``task.options`` are wrong for it,
-    so a bad option stops the run before anything starts rather than failing every episode."""
+    so a bad option stops the run before anything starts rather than failing every episode.
+
+    When the workers run elsewhere (:func:`workers_elsewhere`) and the package is not importable
+    here, nothing is checked: the workers load it and report their own errors.
+    """
     from swarm.client.task import check_options, load_task
 
     try:
         package = load_task(task.name)
     except ValueError as exc:
+        if runner is not None and workers_elsewhere(runner) and isinstance(exc.__cause__, ModuleNotFoundError):
+            return
         raise ConfigError(f"task.name={task.name!r}: {exc}") from None
+    except Exception as exc:  # the package exists but fails to import: say so in one line
+        raise ConfigError(f"task.name={task.name!r}: importing it failed: {type(exc).__name__}: {exc}") from None
     try:
         check_options(package, task.options)
-    except ValueError as exc:
+    except (ValueError, TypeError, AttributeError) as exc:  # a wrong type reaches the package's checks too
         raise ConfigError(f"task.options: {exc}") from None
 
 

@@ -146,7 +146,7 @@ def _previous_run(out: Path) -> str | None:
 def train_flow(cfg: RunConfig | dict[str, Any]) -> dict[str, Any]:
     """The whole training run (see the module docstring); a plain dict is validated first."""
     cfg = cfg if isinstance(cfg, RunConfig) else validate(cfg)
-    check_task(cfg.task)  # before anything starts: a bad task option would fail every episode
+    check_task(cfg.task, cfg.runner)  # before anything starts: a bad task option would fail every episode
     out = Path(cfg.train.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     pool = make_pool(cfg.pool)

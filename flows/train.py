@@ -103,7 +103,7 @@ def cli_config(cfg: DictConfig, overrides: list[str]) -> RunConfig:
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
     run = validate(resolved, overrides)
-    check_task(run.task)
+    check_task(run.task, run.runner)
     if not os.environ.get("SWARM_POOL_URL"):
         check_pool_url(str(run.pool.get("url", "")))
     return run

@@ -18,7 +18,7 @@ from typing import Any
 
 from swarm.client.task import AgentLLM, TaskPackage, load_task
 
-__all__ = ["DEFAULT_MIX", "MIX", "configure", "make_instance", "run_episode", "pick_task"]
+__all__ = ["DEFAULT_MIX", "MIX", "check_options", "configure", "make_instance", "run_episode", "pick_task"]
 
 DEFAULT_MIX: dict[str, float] = {"echo": 0.5, "math": 0.5}
 MIX: dict[str, float] = dict(DEFAULT_MIX)
@@ -34,8 +34,8 @@ def _task(name: str) -> TaskPackage:
     return _TASKS[name]
 
 
-def configure(mix: dict[str, float] | None = None) -> dict[str, float]:
-    """Set the mixing weights (``None``: the default); validates every task; returns the mix in use."""
+def _valid_mix(mix: dict[str, float] | None) -> dict[str, float]:
+    """``mix`` (``None``: the default) as floats, after checking every task and weight."""
     mix = dict(DEFAULT_MIX if mix is None else mix)
     if not mix:
         raise ValueError("cocktail: the mix is empty; give at least one task, e.g. {'echo': 1.0}")
@@ -47,8 +47,22 @@ def configure(mix: dict[str, float] | None = None) -> dict[str, float]:
         _task(name)
     if sum(mix.values()) <= 0:
         raise ValueError("cocktail: all weights are 0; give at least one task a positive weight")
+    return {k: float(v) for k, v in mix.items()}
+
+
+def check_options(options: dict[str, Any]) -> None:
+    """Refuse a bad mix at start-up, before any worker runs (the flow calls it; MIX is not changed)."""
+    unknown = sorted(set(options) - {"mix"})
+    if unknown:
+        raise ValueError(f"cocktail: unknown option(s) {unknown}; its only option is mix")
+    _valid_mix(options.get("mix"))
+
+
+def configure(mix: dict[str, float] | None = None) -> dict[str, float]:
+    """Set the mixing weights (``None``: the default); validates every task; returns the mix in use."""
+    valid = _valid_mix(mix)
     MIX.clear()
-    MIX.update({k: float(v) for k, v in mix.items()})
+    MIX.update(valid)
     return dict(MIX)
 
 

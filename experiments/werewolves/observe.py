@@ -10,10 +10,12 @@ small model with a short context can read it:
     voted against a seer claimant:3,8
     vote for a living player
 
-Every player number a decision may answer with is written right after ``:`` or ``,``, never
-after a space: the answer ``{"target":4}`` (the gateway's compact JSON separators) holds the
-bare digit token, and in the tiny tokenizer `` 4`` (space-digit) is another token, so a number
-written after a space would have to be translated before it could be copied.
+The player numbers a decision would copy (alive players, the accused, the voters against a
+claimant, fellow wolves, proposals, checks, the witch's victim) are written right after ``:``
+or ``,``, never after a space: the answer ``{"target":4}`` (the gateway's compact JSON
+separators) holds the bare digit token, and in the tiny tokenizer `` 4`` (space-digit) is
+another token, so a number written after a space would have to be translated before it could be
+copied. (The claimant of a seer claim, the one number a vote should not copy, follows a space.)
 
 The public facts are stated, not judged: ``seer claims`` lists every public "I am the seer.
 Player N is a werewolf" claim as ``C accuses:N`` (true or not), ``voted against a seer

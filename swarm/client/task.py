@@ -118,5 +118,6 @@ def check_options(task: TaskPackage, options: dict[str, Any]) -> None:
         try:
             inspect.signature(configure).bind(**options)
         except TypeError as exc:
-            known = [p for p in inspect.signature(configure).parameters if p not in ("args", "kwargs")]
+            known = [n for n, p in inspect.signature(configure).parameters.items()
+                     if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
             raise ValueError(f"{task.name}: {exc}; its options: {known}") from None

@@ -91,12 +91,14 @@ def describe_validation(errors: list[dict[str, Any]]) -> ApiError:
             return ApiError(400, f"the request body is {what}; send a JSON object (Content-Type: application/json)",
                             code="invalid_json")
         # a check of the whole body (NUL, nesting depth, NaN): say which, not "not a JSON object"
-        return ApiError(400, f"request body: {str(first.get('msg')).removeprefix('Value error, ')}",
-                        code="invalid_value")
+        msg = f"request body: {str(first.get('msg')).removeprefix('Value error, ')}"
+        return ApiError(400, msg + _more(errors), code="invalid_value")
     msg = f"{param}: {first.get('msg')}" if param else str(first.get("msg"))
-    if len(errors) > 1:
-        msg += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-    return ApiError(400, msg, code="invalid_value", param=param)
+    return ApiError(400, msg + _more(errors), code="invalid_value", param=param)
+
+
+def _more(errors: list[dict[str, Any]]) -> str:
+    return f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
 
 
 def install_error_handlers(app: FastAPI) -> None:

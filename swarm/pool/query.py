@@ -1,6 +1,6 @@
 """Turn a :class:`StepFilter` into SQL conditions over ``steps JOIN episodes``.
 
-Every simple field is one indexed comparison; group-level conditions (non-zero reward
+Every simple field but ``ended_since`` is one indexed comparison; group-level conditions (non-zero reward
 variance, minimum group size) are one ``GROUP BY group_id ... HAVING`` subquery; labels are
 ``EXISTS`` lookups on the labels index. Nothing here filters rows in Python.
 

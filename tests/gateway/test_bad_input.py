@@ -42,7 +42,6 @@ def test_bad_inputs_get_4xx_and_change_nothing(make_gateway: Any) -> None:
         ("temperature text", "POST", chat, key, {"json": {"model": "default", "messages": user, "temperature": "hot"}}, 400, None),
         ("temperature 5", "POST", chat, key, {"json": {"model": "default", "messages": user, "temperature": 5}}, 400, None),
         ("unknown key NaN", "POST", chat, key, {"content": b'{"model":"default","messages":[{"role":"user","content":"x"}],"colour":NaN}', "headers": J}, 400, "invalid_value"),
-        ("body a list", "POST", chat, key, {"json": [1, 2]}, 400, "invalid_json"),
         ("temperature NaN", "POST", chat, key, {"content": b'{"model":"default","messages":[{"role":"user","content":"x"}],"temperature":NaN}', "headers": J}, 400, None),
         ("top_p Infinity", "POST", chat, key, {"content": b'{"model":"default","messages":[{"role":"user","content":"x"}],"top_p":Infinity}', "headers": J}, 400, None),
         ("n zero", "POST", chat, key, {"json": {"model": "default", "messages": user, "n": 0}}, 400, None),
