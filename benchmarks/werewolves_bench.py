@@ -12,13 +12,14 @@ three phases:
 3. eval again on the same seeds with the trained policy.
 
 Printed: the baselines on the same seeds without any model (random-legal choices for the trained
-decisions, the rest by the rules; and the all-heuristic village), the per-update training win
+decisions, the rest by the rules; every vote for the lowest-numbered living player, the ceiling of
+agreeing without reading the prompt; and the all-heuristic side), the per-update training win
 rate, then the eval win rates, the 95% CI of the gain (paired by seed: a normal interval over the
 per-seed differences), the wall and process CPU minutes, and the eval format-error rate. A PNG
 curve (training win rate per update, eval points, baselines) goes to ``--png``; ``--json`` writes
 every number.
 
-    /work/bin/wt-env python benchmarks/werewolves_bench.py [--minutes 22] [--eval-games 128] [overrides ...]
+    python benchmarks/werewolves_bench.py [--minutes 27] [--eval-games 128] [overrides ...]
 
 Extra arguments are Hydra overrides of the run config (e.g. ``task.options.vote_shaping=0``).
 The last line is ``werewolves: eval win rate <A>% -> <B>% (<n> games each, 95% CI of the gain
@@ -128,7 +129,8 @@ def paired_gain_ci(before: dict[str, float], after: dict[str, float], z: float =
 
 
 def baselines(task: dict[str, Any], games: int) -> dict[str, float]:
-    """Village win rates on the eval seeds with no model: random-legal trained decisions, and all heuristic."""
+    """Win rates of the trained side on the eval seeds with no model: random-legal trained decisions, every vote
+    for the lowest-numbered living player (agreeing without reading), and all heuristic."""
     from experiments.werewolves import Game, HeuristicPlayer, WerewolvesOptions, deal_roles
     from experiments.werewolves.game import Action, side_of
 
@@ -141,8 +143,14 @@ def baselines(task: dict[str, Any], games: int) -> dict[str, float]:
             kind = self.rng.choice(d.actions)
             return Action(kind, self.rng.choice(d.targets) if d.targets else None)
 
+    class Agree(HeuristicPlayer):  # the ceiling of agreeing without reading: all vote the lowest number
+        def act(self, d: Any) -> Action:
+            if d.kind == "vote" and "vote" in opts.llm_decisions:
+                return Action("vote", min(d.targets))
+            return super().act(d)
+
     out = {}
-    for name, cls in (("random_legal", RandomLegal), ("heuristic", HeuristicPlayer)):
+    for name, cls in (("random_legal", RandomLegal), ("agree_lowest", Agree), ("heuristic", HeuristicPlayer)):
         wins = 0
         for i in range(games):
             seed = EVAL_SEED_BASE + i
@@ -168,6 +176,7 @@ def plot(path: Path, curve: list[dict[str, float]], evals: list[tuple[float, flo
     ax.plot(xs, [100 * w for w in smooth], label="training games (moving mean of 10 updates)")
     ax.plot([m for m, _ in evals], [100 * w for _, w in evals], "o-", label="eval win rate (held-out seeds)")
     ax.axhline(100 * base["random_legal"], ls="--", c="gray", label="random-legal votes")
+    ax.axhline(100 * base["agree_lowest"], ls="-.", c="tab:green", label="all vote the lowest number (no reading)")
     ax.axhline(100 * base["heuristic"], ls=":", c="black", label="heuristic village")
     ax.set_xlabel("minutes (wall, 2 shared CPU cores)")
     ax.set_ylabel("village win rate vs heuristic wolves (%)")
@@ -203,7 +212,7 @@ def run(minutes: float, updates: int | None, eval_games: int, workers: int, over
     task, algo = cfg["task"], cfg["algo"]
     base = baselines(task, eval_games)
     log(f"baselines on the {eval_games} eval seeds (no model): random-legal {100 * base['random_legal']:.1f}%, "
-        f"heuristic village {100 * base['heuristic']:.1f}%")
+        f"all voting the lowest number {100 * base['agree_lowest']:.1f}%, heuristic {100 * base['heuristic']:.1f}%")
     pool = make_pool(cfg["pool"])
     policy = cfg["policies"][0]
     backend = make_backend(cfg["model"], [policy], lora_spec(algo))
@@ -291,7 +300,8 @@ def run(minutes: float, updates: int | None, eval_games: int, workers: int, over
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--minutes", type=float, default=22.0, help="training wall-time budget")
+    ap.add_argument("--minutes", type=float, default=27.0,
+                    help="training wall-time budget (27: with both evals the bench fits the 30-minute goal)")
     ap.add_argument("--updates", type=int, default=None, help="stop after this many updates (default: time only)")
     ap.add_argument("--eval-games", type=int, default=128)
     ap.add_argument("--workers", type=int, default=8, help="concurrent games")

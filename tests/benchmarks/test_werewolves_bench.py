@@ -20,4 +20,7 @@ def test_the_village_learns_to_agree_on_a_wolf(tmp_path, load_bench):
     r = load_bench("werewolves_bench").run(minutes=6, updates=40, eval_games=64, workers=8, overrides=["seed=0"], out_dir=tmp_path)
     assert r["updates"] >= 20, r["updates"]
     lo, hi = r["kill_ci"]
+    kb, ka = r["vote_kill_rate"]
+    print(f"votes that eliminated a wolf {100 * kb:.1f}% -> {100 * ka:.1f}% (95% CI of the gain {lo:.1f}..{hi:.1f}); "
+          f"win rate {100 * r['before']:.1f}% -> {100 * r['after']:.1f}% after {r['updates']} updates")
     assert lo > 0, f"votes that eliminated a wolf: {r['vote_kill_rate']} (95% CI of the gain {lo:.1f}..{hi:.1f} points)"
