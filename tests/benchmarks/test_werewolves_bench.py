@@ -3,9 +3,9 @@
 What the tiny model learns first (README, "Learning, werewolves") is to agree: the six villagers'
 votes concentrate, so the day's vote puts out the player they chose, a wolf 3 times in 8. The
 test asserts that, paired by eval seed, with a 95% interval that excludes zero (it measures ~15
-votes per game, so 64 games give a wide margin; measured: 6.3% -> 26.4% of the votes, interval
-12.4..23.2 points). The win rate follows later (the full bench: 9.4% -> 23.4% after 27 min); after
-3 minutes it has not risen reliably (measured 6.2% -> 7.8% on 64 games), so it is not asserted
+votes per game, so 64 games give a wide margin; measured: 6.5% -> 28.5% of the votes, interval
+13.6..26.5 points). The win rate follows later (the full bench: 9.4% -> 23.4% after 27 min); after
+3 minutes it has not risen reliably (measured 7.8% -> 12.5% on 64 games), so it is not asserted
 here. When learning breaks (no gradient, wrong advantages, a policy that is not updated or not
 served) the votes stay scattered and the interval straddles zero.
 """
