@@ -66,6 +66,8 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--wide", action="store_true", help="hidden 256 / intermediate 1024 (conf/model/tiny_wide.yaml)")
+    ap.add_argument("--warmup", default="word_chain", help="the tiny model's model.warmup: word_chain | reading | none")
+    ap.add_argument("--path", default=None, help="probe this checkpoint folder instead of building the tiny model")
     args = ap.parse_args()
     import torch
     from peft import LoraConfig, get_peft_model
@@ -76,7 +78,7 @@ def main() -> None:
     torch.manual_seed(0)
     rng = random.Random(0)
     wide = {"hidden_size": 256, "intermediate_size": 1024} if args.wide else {}
-    path = model_path({"backend": "hf", "warmup": "word_chain", "seed": 0, "tiny_spec": wide})
+    path = args.path or model_path({"backend": "hf", "warmup": args.warmup, "seed": 0, "tiny_spec": wide})
     tok = AutoTokenizer.from_pretrained(path)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(path), LoraConfig(
         r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
@@ -130,7 +132,7 @@ def main() -> None:
         opt.step()
         if step % 20 == 0:
             print(f"step {step}: test votes naming a wolf {wolf_share():.3f} ({time.time() - t0:.0f} s)", flush=True)
-    print(f"reading ({args.mode}, lr {args.lr:g}{', wide' if args.wide else ''}): test votes naming a wolf after {args.steps} steps {wolf_share():.3f}")
+    print(f"reading ({args.mode}, lr {args.lr:g}, warm-up {args.warmup}{', wide' if args.wide else ''}): test votes naming a wolf after {args.steps} steps {wolf_share():.3f}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ __all__ = ["ConfigError", "model_path", "make_pool", "make_backend", "make_gatew
            "lora_spec", "gateway_settings", "trainer_model_path", "tiny_spec"]
 
 REPO = Path(__file__).resolve().parents[1]
+# model.warmup of the tiny model -> the warm-up function (module:name)
+WARMUPS = {"word_chain": "swarm.policy.warmup:word_chain_warmup",
+           "reading": "swarm.policy.copy_warmup:reading_warmup"}
 
 
 def _get(cfg: dict[str, Any], key: str, where: str) -> Any:
@@ -39,11 +42,13 @@ def model_path(model: dict[str, Any]) -> str:
     warmup = model.get("warmup")
     if warmup in (None, "none"):
         return str(ensure_tiny_model(seed=int(model.get("seed", 0)), spec=spec))
-    if warmup != "word_chain":
-        raise ConfigError(f"model.warmup={warmup!r} is unknown; use word_chain or none")
-    from swarm.policy.warmup import word_chain_warmup
+    if warmup not in WARMUPS:
+        raise ConfigError(f"model.warmup={warmup!r} is unknown; use {', '.join(WARMUPS)} or none")
+    import importlib
 
-    return str(ensure_tiny_model(seed=int(model.get("seed", 0)), spec=spec, warmup=word_chain_warmup))
+    module, name = WARMUPS[warmup].split(":")
+    return str(ensure_tiny_model(seed=int(model.get("seed", 0)), spec=spec,
+                                 warmup=getattr(importlib.import_module(module), name)))
 
 
 def tiny_spec(model: dict[str, Any]) -> Any:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-__all__ = ["NOUNS", "VERBS", "warmup_chats", "word_chain_warmup"]
+__all__ = ["NOUNS", "VERBS", "warmup_chats", "word_chain_warmup", "fit_replies"]
 
 NOUNS = (
     "apple", "river", "stone", "cloud", "tiger", "piano", "lemon", "candle", "garden", "rocket",
@@ -68,10 +68,27 @@ def word_chain_warmup(model: Any, tokenizer: Any, steps: int = 300, batch_size: 
                                                add_generation_prompt=True)
         p_ids = tokenizer.encode(prompt, add_special_tokens=False)
         rows.append((p_ids, tokenizer.encode(reply, add_special_tokens=False) + [eos]))
+    return fit_replies(model, rows, batch_size, lr, pad, desc="word-chain warm-up")
+
+
+def fit_replies(model: Any, rows: list[tuple[list[int], list[int]]], batch_size: int, lr: float, pad: int,
+                warmup_steps: int = 0, desc: str = "warm-up") -> list[float]:
+    """Train ``model`` in place on ``(prompt ids, reply ids)`` rows, in order, ``batch_size`` per AdamW step.
+
+    The loss covers the reply tokens only. ``warmup_steps`` > 0 ramps the learning rate up over
+    that many steps and then decays it linearly to a tenth; 0 keeps it constant. Returns the loss
+    curve; a progress bar shows on a terminal.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    steps = len(rows) // batch_size
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup_steps) * max(0.1, 1 - s / steps) if warmup_steps else 1.0)
     losses = []
-    for s in range(steps):
+    for s in tqdm(range(steps), desc=desc, disable=None, leave=False):
         batch = rows[s * batch_size:(s + 1) * batch_size]
         width = max(len(p) + len(r) for p, r in batch)
         ids = torch.full((len(batch), width), pad, dtype=torch.long)
@@ -86,6 +103,7 @@ def word_chain_warmup(model: Any, tokenizer: Any, steps: int = 300, batch_size: 
         opt.zero_grad()
         loss.backward()
         opt.step()
+        sched.step()
         losses.append(loss.item())
     model.eval()
     return losses

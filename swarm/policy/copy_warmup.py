@@ -1,0 +1,89 @@
+"""A generic reading warm-up for the tiny model: copy the number a named label holds.
+
+A pretrained LLM can already look a fact up in its prompt; RL then teaches it which fact pays.
+The 1.2M tiny model cannot, and a team reward is too weak a signal to grow that skill from
+nothing (benchmarks/werewolves_reading.py: RL on "the vote named a wolf" moved the share of
+wolf votes 0.35 -> 0.38 in 160 steps, while supervised copying reached 0.49 in 40).
+:func:`label_copy_warmup` gives it the generic skill, on synthetic chats like::
+
+    system: lemon river kite
+    user:   3 tiger:7
+            garden:1,4,6
+            moon:2
+            moon?
+    assistant: {"target":2}
+
+Every user line is ``label:numbers`` (sometimes with a number in front, which is never the
+answer), the last line asks for one single-valued label, and the reply copies its number as compact
+JSON, the way the gateway's constrained decoding writes ``{"target":N}``. Numbers follow ``:`` or
+``,`` as in the werewolves compact observation, so the copied digit is the same token.
+
+What it does not teach: which line matters in any task. The labels are everyday
+nouns (:data:`LABELS`), never a task's words: none of them appears in a werewolves observation
+(tested), so a vote whose prompt names no label still has to learn from its reward which line
+to read. Deterministic for a given model, tokenizer and seed.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+__all__ = ["LABELS", "copy_chats", "label_copy_warmup", "reading_warmup"]
+
+# one token each at a line start in the tiny tokenizer (so the asked label and its line hold the same
+# token); none is a werewolves word (tests/policy/test_copy_warmup.py)
+LABELS = (
+    "city", "file", "key", "lemon", "item", "name", "number", "path", "query", "tool", "message", "error",
+    "left", "move", "rain", "red", "read", "search", "start", "step", "weather", "direction", "expression",
+    "calculator", "lookup", "war", "ward", "row", "old", "pen",
+)
+
+
+def copy_chats(n: int, seed: int = 0) -> list[tuple[str, str, str]]:
+    """``n`` (system, user, reply) triples of the label-copy game, deterministic in ``seed``."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        labels = rng.sample(LABELS, rng.randint(2, 5))
+        asked = rng.choice(labels)
+        answer = rng.randint(0, 9)
+        lines = []
+        for label in labels:
+            if label == asked:
+                values = [answer]
+            else:
+                values = rng.sample(range(10), rng.choice((1, 1, 2, 3, 5)))
+            prefix = f"{rng.randint(0, 9)} " if rng.random() < 0.3 else ""
+            lines.append(f"{prefix}{label}:{','.join(map(str, values))}")
+        lines.append(f"{asked}?")  # at a line start, like the lines: the same tokens as the label
+        system = " ".join(rng.choice(LABELS) for _ in range(rng.randint(0, 4)))
+        out.append((system, "\n".join(lines), '{"target":%d}' % answer))
+    return out
+
+
+def label_copy_warmup(model: Any, tokenizer: Any, steps: int = 600, batch_size: int = 32, lr: float = 5e-3,
+                      seed: int = 0) -> list[float]:
+    """Train ``model`` in place on label-copy chats (loss on the reply and its end token only); the loss curve."""
+    import torch
+
+    from swarm.policy.warmup import fit_replies
+
+    torch.manual_seed(seed)
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    pad = tokenizer.pad_token_id
+    rows: list[tuple[list[int], list[int]]] = []
+    for system, user, reply in copy_chats(steps * batch_size, seed=seed):
+        chat = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+        prompt = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        rows.append((tokenizer.encode(prompt, add_special_tokens=False),
+                     tokenizer.encode(reply, add_special_tokens=False) + [eos]))
+    return fit_replies(model, rows, batch_size, lr, pad, warmup_steps=50, desc="label-copy warm-up")
+
+
+def reading_warmup(model: Any, tokenizer: Any) -> None:
+    """The word-chain warm-up (reply format, ending the turn), then :func:`label_copy_warmup`."""
+    from swarm.policy.warmup import word_chain_warmup
+
+    word_chain_warmup(model, tokenizer)
+    label_copy_warmup(model, tokenizer)
