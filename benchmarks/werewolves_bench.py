@@ -19,7 +19,7 @@ per-seed differences), the wall and process CPU minutes, and the eval format-err
 curve (training win rate per update, eval points, baselines) goes to ``--png``; ``--json`` writes
 every number.
 
-    python benchmarks/werewolves_bench.py [--minutes 22] [--eval-games 128] [overrides ...]
+    python benchmarks/werewolves_bench.py [--minutes 10] [--eval-games 128] [overrides ...]
 
 Extra arguments are Hydra overrides of the run config (e.g. ``task.options.vote_shaping=0``).
 The last line is ``werewolves: eval win rate <A>% -> <B>% (<n> games each, 95% CI of the gain
@@ -304,9 +304,9 @@ def run(minutes: float, updates: int | None, eval_games: int, workers: int, over
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--minutes", type=float, default=22.0,
-                    help="training wall-time budget (22: with the model's one-time warm-up build and both evals "
-                         "the bench fits the 30-minute goal)")
+    ap.add_argument("--minutes", type=float, default=10.0,
+                    help="training wall-time budget (with the model's one-time warm-up build and both evals the "
+                         "default bench takes about 20 minutes)")
     ap.add_argument("--updates", type=int, default=None, help="stop after this many updates (default: time only)")
     ap.add_argument("--eval-games", type=int, default=128)
     ap.add_argument("--workers", type=int, default=8, help="concurrent games")

@@ -16,6 +16,10 @@
   ``benchmarks/werewolves_shaping.py``). A fraction, not a count, so a player who dies early
   earns nothing for it, and with ``vote_shaping <= 0.5`` a losing player never outscores a
   winning one without penalties.
+  ``vote_shaping_pays="named"`` pays instead the fraction of the player's votes that *named* a
+  member of the other side, agreed on or not: the direct signal for reading the prompt (who a
+  seer claim accused), which a model that can copy a number from its prompt learns from and
+  the agreement shaping pays only once enough voters follow.
   Where the gateway told us the step of each vote, :func:`vote_step_rewards` gives every vote
   step its own reward (the same formula with that one vote as the fraction), so the mean over
   a player's vote steps is the player's reward and each vote gets its own credit.
@@ -31,12 +35,13 @@ from collections.abc import Iterator, Sequence
 
 from experiments.werewolves.game import GameResult, side_of
 
-__all__ = ["FORMAT_PENALTY", "MAX_PENALTY", "MAX_VOTE_SHAPING", "player_reward", "side_reward", "vote_record",
+__all__ = ["FORMAT_PENALTY", "MAX_PENALTY", "MAX_VOTE_SHAPING", "SHAPING_PAYS", "player_reward", "side_reward", "vote_record",
            "vote_step_rewards"]
 
 FORMAT_PENALTY = 0.1
 MAX_PENALTY = 0.5
 MAX_VOTE_SHAPING = 0.5
+SHAPING_PAYS = ("eliminated", "named")  # what vote shaping pays: votes that put an opponent out / that named one
 _VOTE = re.compile(r"(\d+)->(\d+)")
 
 
@@ -64,7 +69,8 @@ def player_reward(won: bool, format_errors: int, votes: int = 0, vote_kills: int
                   vote_shaping: float = 0.0) -> dict[str, float]:
     """``{"reward", "win", "format_penalty", "format_errors", "vote_bonus"}`` for one player.
 
-    ``vote_kills``: the player's votes that eliminated a member of the other side.
+    ``vote_kills``: the player's votes that shaping pays (``vote_shaping_pays``: by default those that
+    eliminated a member of the other side).
     """
     if not 0.0 <= vote_shaping <= MAX_VOTE_SHAPING:
         raise ValueError(f"vote_shaping={vote_shaping}; use 0 <= vote_shaping <= {MAX_VOTE_SHAPING}")
@@ -74,8 +80,14 @@ def player_reward(won: bool, format_errors: int, votes: int = 0, vote_kills: int
             "format_errors": float(format_errors), "vote_bonus": bonus}
 
 
+def _paid(hits: int, kills: int, pays: str) -> int:
+    if pays not in SHAPING_PAYS:
+        raise ValueError(f"vote_shaping_pays={pays!r}; use one of {SHAPING_PAYS}")
+    return kills if pays == "eliminated" else hits
+
+
 def side_reward(result: GameResult, roles: Sequence[str], side: str, players: Sequence[int],
-                vote_shaping: float = 0.0) -> dict[str, float]:
+                vote_shaping: float = 0.0, pays: str = "eliminated") -> dict[str, float]:
     """``{"reward", "win", "format_penalty", "vote_bonus", "rounds"}``: the mean over ``players`` of ``side``.
 
     ``players`` are the seats whose format errors count (the LLM-controlled ones); with none
@@ -87,8 +99,8 @@ def side_reward(result: GameResult, roles: Sequence[str], side: str, players: Se
     votes = vote_record(result, roles)
     parts = []
     for p in players:
-        cast, _, kills = votes.get(p, (0, 0, 0))
-        parts.append(player_reward(won, result.format_errors[p], cast, kills, vote_shaping=vote_shaping))
+        cast, hits, kills = votes.get(p, (0, 0, 0))
+        parts.append(player_reward(won, result.format_errors[p], cast, _paid(hits, kills, pays), vote_shaping=vote_shaping))
     parts = parts or [player_reward(won, 0)]
     n = len(parts)
     return {"reward": sum(p["reward"] for p in parts) / n, "win": float(won),
@@ -97,11 +109,12 @@ def side_reward(result: GameResult, roles: Sequence[str], side: str, players: Se
 
 
 def vote_step_rewards(result: GameResult, roles: Sequence[str], player: int, vote_steps: dict[int, str],
-                      vote_shaping: float) -> dict[str, float]:
+                      vote_shaping: float, pays: str = "eliminated") -> dict[str, float]:
     """step id -> reward for ``player``'s vote steps (``vote_steps``: round -> step id); see the module docstring."""
     won = result.winner == side_of(roles[player])
     out: dict[str, float] = {}
-    for rnd, voter, _, _, kill in _ballots(result, roles):
+    for rnd, voter, _, hit, kill in _ballots(result, roles):
         if voter == player and rnd in vote_steps:
-            out[vote_steps[rnd]] = player_reward(won, result.format_errors[player], 1, kill, vote_shaping)["reward"]
+            out[vote_steps[rnd]] = player_reward(won, result.format_errors[player], 1, _paid(hit, kill, pays),
+                                                 vote_shaping)["reward"]
     return out

@@ -20,7 +20,14 @@ from typing import Any
 from experiments.werewolves.game import MAX_ROUNDS, Action, Decision, Game, side_of
 from experiments.werewolves.heuristic import HeuristicPlayer
 from experiments.werewolves.llm_player import ALL_KINDS, LLMPlayer, openai_chat
-from experiments.werewolves.reward import MAX_VOTE_SHAPING, player_reward, side_reward, vote_record, vote_step_rewards
+from experiments.werewolves.reward import (
+    MAX_VOTE_SHAPING,
+    SHAPING_PAYS,
+    player_reward,
+    side_reward,
+    vote_record,
+    vote_step_rewards,
+)
 
 __all__ = ["WerewolvesOptions", "check_options", "run_multiagent", "HEARTBEAT_S"]
 
@@ -44,6 +51,7 @@ class WerewolvesOptions:
     constrained: bool = True
     llm_decisions: list[str] = field(default_factory=lambda: list(ALL_KINDS))
     vote_shaping: float = 0.0
+    vote_shaping_pays: str = "eliminated"
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None) -> WerewolvesOptions:
@@ -68,6 +76,8 @@ class WerewolvesOptions:
             raise ValueError(f"werewolves: llm_decisions={o.llm_decisions!r}; use a non-empty subset of {ALL_KINDS}")
         if not 0.0 <= float(o.vote_shaping) <= MAX_VOTE_SHAPING:
             raise ValueError(f"werewolves: vote_shaping={o.vote_shaping!r}; use 0 <= vote_shaping <= {MAX_VOTE_SHAPING}")
+        if o.vote_shaping_pays not in SHAPING_PAYS:
+            raise ValueError(f"werewolves: vote_shaping_pays={o.vote_shaping_pays!r}; use one of {SHAPING_PAYS}")
         o.role_policies = dict(o.role_policies)
         o.llm_decisions = list(o.llm_decisions)
         return o
@@ -140,19 +150,21 @@ def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: An
     for i, ep in episodes.items():
         shaping = opts.vote_shaping if side_of(roles[i]) == opts.trainable_side else 0.0
         cast, hits, kills = votes.get(i, (0, 0, 0))
-        parts = player_reward(result.winner == side_of(roles[i]), result.format_errors[i], cast, kills,
+        paid = kills if opts.vote_shaping_pays == "eliminated" else hits
+        parts = player_reward(result.winner == side_of(roles[i]), result.format_errors[i], cast, paid,
                               vote_shaping=shaping)
         player = agents[i]
         steps = None
         if shaping:
-            steps = vote_step_rewards(result, roles, i, {r: sid for k, r, sid in player.steps if k == "vote"}, shaping)
+            steps = vote_step_rewards(result, roles, i, {r: sid for k, r, sid in player.steps if k == "vote"}, shaping,
+                                      opts.vote_shaping_pays)
         ep.end(reward=parts.pop("reward"), step_rewards=steps or None, **parts, rounds=float(result.rounds),
                calls=float(player.calls), llm_errors=float(player.llm_errors), timeout=float(result.timeout),
                format_error_rate=result.format_errors[i] / player.calls if player.calls else 0.0,
                votes=float(cast), vote_hits=float(hits), vote_kills=float(kills),
                **{f"win_{roles[i]}": parts["win"]})
     trainable = [i for i in episodes if side_of(roles[i]) == opts.trainable_side]
-    out = side_reward(result, roles, opts.trainable_side, trainable, opts.vote_shaping)
+    out = side_reward(result, roles, opts.trainable_side, trainable, opts.vote_shaping, opts.vote_shaping_pays)
     calls = sum(agents[i].calls for i in trainable)
     out["format_error_rate"] = sum(result.format_errors[i] for i in trainable) / calls if calls else 0.0
     out["llm_calls"] = calls / len(trainable) if trainable else 0.0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -29,6 +30,7 @@ from typing import Any
 
 __all__ = ["TinySpec", "ensure_tiny_model", "ensure_family_model", "default_cache_dir", "TEMPLATES_DIR", "load_template", "SPECIAL_TOKENS"]
 
+log = logging.getLogger(__name__)
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 # ids 0..4, in this order: the first three are special (skipped by skip_special_tokens), the
 # tool-call markers are ordinary added tokens (kept in decoded text, as Qwen2.5 does).
@@ -92,6 +94,8 @@ def ensure_tiny_model(
     if (final / "config.json").exists():
         return final
     cache.mkdir(parents=True, exist_ok=True)
+    if warmup is not None:  # minutes for some warm-ups: say what the wait is for
+        log.warning("building the tiny model with warm-up %s (once; cached as %s)", warmup_key, final)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=cache))
     try:
         t0 = time.perf_counter()

@@ -102,6 +102,26 @@ def test_vote_record_counts_ballots_on_the_other_side() -> None:
     assert vote_record(result, roles) == {0: (1, 1, 1), 3: (1, 1, 0), 4: (1, 1, 0), 5: (1, 0, 0)}  # 3 went out
 
 
+def test_vote_shaping_can_pay_votes_that_named_an_opponent() -> None:
+    """``vote_shaping_pays="named"``: every vote for the other side counts, whether the day put that player out or not."""
+    from experiments.werewolves.game import SETUP, Event
+    from experiments.werewolves.reward import vote_step_rewards
+
+    roles = list(SETUP)  # 0-2 wolves
+    events = [Event(1, "day", "vote", "Votes: 3->0, 4->1, 5->0, 6->6. Player 0 is eliminated.", target=0),
+              Event(2, "day", "vote", "Votes: 3->2, 4->2, 6->7. Player 2 is eliminated.", target=2)]
+    result = GameResult("wolves", 2, False, [0] * 9, [0] * 9, [True] * 9, events)
+    village = [3, 4, 5, 6]
+    named = side_reward(result, roles, "village", village, vote_shaping=0.5, pays="named")
+    eliminated = side_reward(result, roles, "village", village, vote_shaping=0.5)
+    assert named["vote_bonus"] == pytest.approx(0.5 * (1 + 1 + 1 + 0) / 4)  # 4's vote for 1 counts
+    assert eliminated["vote_bonus"] == pytest.approx(0.5 * (1 + 0.5 + 1 + 0) / 4)
+    assert vote_step_rewards(result, roles, 4, {1: "s1", 2: "s2"}, 0.5, pays="named") == {"s1": 0.5, "s2": 0.5}
+    assert vote_step_rewards(result, roles, 4, {1: "s1", 2: "s2"}, 0.5) == {"s1": 0.0, "s2": 0.5}
+    with pytest.raises(ValueError, match="vote_shaping_pays"):
+        side_reward(result, roles, "village", village, vote_shaping=0.5, pays="agreed")
+
+
 def test_side_reward_averages_the_trainable_players() -> None:
     roles = list(deal_roles(0))
     wolves = [i for i, r in enumerate(roles) if r == "werewolf"]

@@ -168,6 +168,7 @@ def test_options_are_validated_with_the_key_and_the_fix() -> None:
     for bad, word in [({"trainable_side": "wolf"}, "trainable_side"), ({"opponents": "gpt"}, "opponents"),
                       ({"role_policies": {"wolf": "x"}}, "role_policies"), ({"colour": 1}, "colour"),
                       ({"max_rounds": 9}, "max_rounds"), ({"observation": "full"}, "observation"),
-                      ({"llm_decisions": ["dance"]}, "llm_decisions"), ({"vote_shaping": 2}, "vote_shaping")]:
+                      ({"llm_decisions": ["dance"]}, "llm_decisions"), ({"vote_shaping": 2}, "vote_shaping"),
+                      ({"vote_shaping_pays": "agreed"}, "vote_shaping_pays")]:
         with pytest.raises(ValueError, match=word):
             WerewolvesOptions.from_options(bad)

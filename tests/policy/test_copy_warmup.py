@@ -2,6 +2,8 @@
 
 import re
 
+import pytest
+
 from swarm.policy.copy_warmup import LABELS, copy_chats
 
 
@@ -42,3 +44,30 @@ def test_no_label_is_a_werewolves_word() -> None:
         Game(roles, seed).play([Watcher(p, seed) for p in range(len(roles))])
     assert {"accuses", "alive", "vote"} <= seen and len(ALL_KINDS) == 7
     assert not seen & set(LABELS)
+
+
+@pytest.mark.slow  # builds the reading model once (~4 min on 2 cores; the werewolves bench test shares the cache)
+def test_reading_model_copies_the_asked_number() -> None:
+    """Held-out chats: the reading warm-up's greedy answer is the asked label's number far more often than
+    a random number of the prompt would be (measured: 0.48 vs ~0.2)."""
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from flows.components import model_path
+
+    path = model_path({"backend": "hf", "warmup": "reading", "seed": 0})
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+    rng, hits, chance, test = random.Random(0), 0, 0.0, copy_chats(300, seed=999)
+    with torch.no_grad():
+        for system, user, reply in test:
+            chat = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+            text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) + '{"target":'
+            logits = model(input_ids=torch.tensor([tok.encode(text, add_special_tokens=False)])).logits[0, -1]
+            hits += tok.decode([int(logits.argmax())]) == reply.removeprefix('{"target":').removesuffix("}")
+            numbers = re.findall(r"(?<=[:,])\d", user)
+            chance += numbers.count(reply[10:-1]) / len(numbers)
+    print(f"reading warm-up: the asked number {hits / len(test):.2f} of held-out chats, "
+          f"a random number of the prompt {chance / len(test):.2f}")
+    assert hits / len(test) > 2 * chance / len(test)
