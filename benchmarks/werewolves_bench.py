@@ -211,9 +211,11 @@ def run(minutes: float, updates: int | None, eval_games: int, workers: int, over
     out_dir = str(out_dir) if out_dir is not None else tempfile.mkdtemp(prefix="werewolves-bench-")
     cfg = compose(overrides, out_dir)
     task, algo = cfg["task"], cfg["algo"]
-    t_model = time.time()
-    model_path(cfg["model"])  # built once with its warm-up, then cached: that time counts in the total
-    log(f"model ready in {time.time() - t_model:.0f}s ({cfg['model'].get('path') or 'tiny, warm-up ' + str(cfg['model'].get('warmup'))})")
+    if cfg["model"].get("backend") == "hf":  # the tiny model is built once with its warm-up, then cached
+        t_model = time.time()
+        model_path(cfg["model"])
+        log(f"model ready in {time.time() - t_model:.0f}s "
+            f"({cfg['model'].get('path') or 'tiny, warm-up ' + str(cfg['model'].get('warmup'))})")
     base = baselines(task, eval_games)
     log(f"baselines on the {eval_games} eval seeds (no model): random-legal {100 * base['random_legal']:.1f}%, "
         f"all voting the lowest number {100 * base['agree_lowest']:.1f}%, heuristic {100 * base['heuristic']:.1f}%")

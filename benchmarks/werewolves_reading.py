@@ -5,8 +5,9 @@ For the model that means copying a player number from the compact observation in
 answer. This probe takes village vote decisions from heuristic games (seeds 0-299 to train,
 10000-10099 to test), renders them exactly as the LLM seat does (system prompt, compact
 observation, chat template, the answer's forced prefix ``{"target":``), puts LoRA r16 on the
-tiny model as the task builds it (word-chain warm-up; ``--wide``: the 4.2M tiny_wide
-architecture, same warm-up) and trains only the one free position, the target digit, masked
+tiny model as the task builds it (``--warmup reading``, the default: word-chain then label
+copying; ``--warmup word_chain``: the model without the copy skill; ``--wide``: the 4.2M
+tiny_wide architecture) and trains only the one free position, the target digit, masked
 to the legal targets like the JSON enum:
 
 - ``--mode rl``: REINFORCE, batch 64, reward 1 when the vote names a wolf, mean baseline;
@@ -15,8 +16,9 @@ to the legal targets like the JSON enum:
 Printed every 20 steps: the test decisions' expected share of votes naming a wolf (uniform
 votes: ~0.35; always the accused where there is one: far higher).
 
-    /work/bin/wt-env python benchmarks/werewolves_reading.py --mode supervised --lr 3e-3 --steps 100
-    /work/bin/wt-env python benchmarks/werewolves_reading.py --mode rl --lr 3e-3 --steps 200
+    python benchmarks/werewolves_reading.py --mode rl --steps 20
+    python benchmarks/werewolves_reading.py --mode rl --steps 160 --warmup word_chain
+    python benchmarks/werewolves_reading.py --mode supervised --steps 100 --warmup word_chain
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--wide", action="store_true", help="hidden 256 / intermediate 1024 (conf/model/tiny_wide.yaml)")
-    ap.add_argument("--warmup", default="word_chain", help="the tiny model's model.warmup: word_chain | reading | none")
+    ap.add_argument("--warmup", default="reading", help="the tiny model's model.warmup: reading | word_chain | none")
     ap.add_argument("--path", default=None, help="probe this checkpoint folder instead of building the tiny model")
     args = ap.parse_args()
     import torch

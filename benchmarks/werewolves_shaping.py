@@ -1,8 +1,8 @@
 """Benchmark: which vote shaping teaches a village to agree fastest (tabular policy gradient, no model).
 
-Why it exists: the tiny model cannot learn to read a player number out of its prompt in the
-time we have (see ``experiments/werewolves/README.md``, "What the tiny model can learn"), so the
-vote it can learn is a preference over player numbers, and what wins games is that the six
+Why it exists: a model that cannot read a player number out of its prompt (the tiny model with
+only the word-chain warm-up, ``model.warmup=word_chain``; see ``experiments/werewolves/README.md``,
+"Learning") can only learn a preference over player numbers, and what wins games then is that the six
 villagers agree on one player (scattered votes let the three coordinated wolves decide every
 day). This bench isolates that: one shared logit per player number (masked to the legal
 targets, like the gateway's JSON enum), trained with the GRPO recipe of the task (2 seeds x 4
@@ -10,9 +10,10 @@ games per update, advantages normalised per seed, one step per vote) against the
 wolves, under three per-vote rewards:
 
 - ``none``: the team result only (1 win / 0 loss);
-- ``hit``: + 0.5 if the vote named an opponent (the task's shaping before this bench);
+- ``hit``: + 0.5 if the vote named an opponent (the task's ``vote_shaping_pays=named``, the CPU
+  default since the reading warm-up: a model that reads learns from it);
 - ``kill``: + 0.5 if the vote eliminated an opponent (named the player the day put out, an
-  opponent): the task's ``vote_shaping`` now.
+  opponent): ``vote_shaping_pays=eliminated``.
 
 Printed: the eval win rate (held-out seeds) of each after ``--updates`` updates, per training
 seed and mean, next to the all-random and always-lowest-number baselines. Pure Python, ~1-2 min

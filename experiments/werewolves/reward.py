@@ -2,7 +2,10 @@
 
     player_reward = float(won)
                     - min(MAX_PENALTY, FORMAT_PENALTY * format_errors)
-                    + vote_shaping * (votes that eliminated a member of the other side / votes cast)   [0 when no votes]
+                    + vote_shaping * (paid votes / votes cast)   [0 when no votes]
+
+  paid votes (``vote_shaping_pays``): "eliminated" (default) the votes that eliminated a member of
+  the other side; "named" the votes that named one.
 
 - ``won``: the player's side won the game (1/0); this is what the task is scored on.
 - the format penalty (``FORMAT_PENALTY = 0.1`` per decision whose answer was unparsable or
@@ -35,7 +38,7 @@ from collections.abc import Iterator, Sequence
 
 from experiments.werewolves.game import GameResult, side_of
 
-__all__ = ["FORMAT_PENALTY", "MAX_PENALTY", "MAX_VOTE_SHAPING", "SHAPING_PAYS", "player_reward", "side_reward", "vote_record",
+__all__ = ["FORMAT_PENALTY", "MAX_PENALTY", "MAX_VOTE_SHAPING", "SHAPING_PAYS", "paid_votes", "player_reward", "side_reward", "vote_record",
            "vote_step_rewards"]
 
 FORMAT_PENALTY = 0.1
@@ -80,10 +83,15 @@ def player_reward(won: bool, format_errors: int, votes: int = 0, vote_kills: int
             "format_errors": float(format_errors), "vote_bonus": bonus}
 
 
-def _paid(hits: int, kills: int, pays: str) -> int:
+def paid_votes(hits: int, kills: int, pays: str) -> int:
+    """The votes vote shaping pays: ``kills`` for ``pays="eliminated"``, ``hits`` for ``"named"``."""
+    _check_pays(pays)
+    return kills if pays == "eliminated" else hits
+
+
+def _check_pays(pays: str) -> None:
     if pays not in SHAPING_PAYS:
         raise ValueError(f"vote_shaping_pays={pays!r}; use one of {SHAPING_PAYS}")
-    return kills if pays == "eliminated" else hits
 
 
 def side_reward(result: GameResult, roles: Sequence[str], side: str, players: Sequence[int],
@@ -93,6 +101,7 @@ def side_reward(result: GameResult, roles: Sequence[str], side: str, players: Se
     ``players`` are the seats whose format errors count (the LLM-controlled ones); with none
     the reward is the bare team result.
     """
+    _check_pays(pays)
     won = result.winner == side
     if any(side_of(roles[p]) != side for p in players):
         raise ValueError(f"players {list(players)} are not all on side {side!r}")
@@ -100,7 +109,8 @@ def side_reward(result: GameResult, roles: Sequence[str], side: str, players: Se
     parts = []
     for p in players:
         cast, hits, kills = votes.get(p, (0, 0, 0))
-        parts.append(player_reward(won, result.format_errors[p], cast, _paid(hits, kills, pays), vote_shaping=vote_shaping))
+        parts.append(player_reward(won, result.format_errors[p], cast, paid_votes(hits, kills, pays),
+                                   vote_shaping=vote_shaping))
     parts = parts or [player_reward(won, 0)]
     n = len(parts)
     return {"reward": sum(p["reward"] for p in parts) / n, "win": float(won),
@@ -111,10 +121,11 @@ def side_reward(result: GameResult, roles: Sequence[str], side: str, players: Se
 def vote_step_rewards(result: GameResult, roles: Sequence[str], player: int, vote_steps: dict[int, str],
                       vote_shaping: float, pays: str = "eliminated") -> dict[str, float]:
     """step id -> reward for ``player``'s vote steps (``vote_steps``: round -> step id); see the module docstring."""
+    _check_pays(pays)
     won = result.winner == side_of(roles[player])
     out: dict[str, float] = {}
     for rnd, voter, _, hit, kill in _ballots(result, roles):
         if voter == player and rnd in vote_steps:
-            out[vote_steps[rnd]] = player_reward(won, result.format_errors[player], 1, _paid(hit, kill, pays),
+            out[vote_steps[rnd]] = player_reward(won, result.format_errors[player], 1, paid_votes(hit, kill, pays),
                                                  vote_shaping)["reward"]
     return out

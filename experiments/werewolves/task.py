@@ -23,6 +23,7 @@ from experiments.werewolves.llm_player import ALL_KINDS, LLMPlayer, openai_chat
 from experiments.werewolves.reward import (
     MAX_VOTE_SHAPING,
     SHAPING_PAYS,
+    paid_votes,
     player_reward,
     side_reward,
     vote_record,
@@ -150,8 +151,8 @@ def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: An
     for i, ep in episodes.items():
         shaping = opts.vote_shaping if side_of(roles[i]) == opts.trainable_side else 0.0
         cast, hits, kills = votes.get(i, (0, 0, 0))
-        paid = kills if opts.vote_shaping_pays == "eliminated" else hits
-        parts = player_reward(result.winner == side_of(roles[i]), result.format_errors[i], cast, paid,
+        parts = player_reward(result.winner == side_of(roles[i]), result.format_errors[i], cast,
+                              paid_votes(hits, kills, opts.vote_shaping_pays),
                               vote_shaping=shaping)
         player = agents[i]
         steps = None

@@ -6,15 +6,15 @@ nothing (benchmarks/werewolves_reading.py: RL on "the vote named a wolf" moved t
 wolf votes 0.35 -> 0.38 in 160 steps, while supervised copying reached 0.49 in 40).
 :func:`label_copy_warmup` gives it the generic skill, on synthetic chats like::
 
-    system: lemon river kite
-    user:   3 tiger:7
-            garden:1,4,6
-            moon:2
-            moon?
+    system: lemon rain pen
+    user:   3 city:7
+            weather:1,4,6
+            key:2
+            key?
     assistant: {"target":2}
 
-Every user line is ``label:numbers`` (sometimes with a number in front, which is never the
-answer), the last line asks for one single-valued label, and the reply copies its number as compact
+Every user line is ``label:numbers`` (sometimes with a number in front, never the place the
+answer is copied from), the last line asks for one single-valued label, and the reply copies its number as compact
 JSON, the way the gateway's constrained decoding writes ``{"target":N}``. Numbers follow ``:`` or
 ``,`` as in the werewolves compact observation, so the copied digit is the same token.
 
@@ -87,3 +87,7 @@ def reading_warmup(model: Any, tokenizer: Any) -> None:
 
     word_chain_warmup(model, tokenizer)
     label_copy_warmup(model, tokenizer)
+
+
+# the tiny model's cache key: bump the version whenever LABELS, copy_chats or the defaults above change
+reading_warmup.cache_key = "swarm.policy.copy_warmup.reading_warmup:v1"  # type: ignore[attr-defined]

@@ -80,14 +80,14 @@ def ensure_tiny_model(
     """Path of the tiny checkpoint for ``seed``, building and caching it if absent.
 
     ``warmup(model, tokenizer)`` may train the freshly initialised model before it is saved;
-    ``warmup_key`` (default: the function's qualified name) goes into the cache key, so change it
-    whenever the warm-up changes. The folder is written to a temporary directory and renamed into
+    ``warmup_key`` (default: the function's ``cache_key`` attribute, else its qualified name) goes
+    into the cache key, so change it whenever the warm-up changes. The folder is written to a temporary directory and renamed into
     place, so a concurrent or interrupted build never leaves a half-written checkpoint.
     """
     spec = spec or TinySpec()
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     if warmup is not None and warmup_key is None:
-        warmup_key = f"{warmup.__module__}.{warmup.__qualname__}"
+        warmup_key = getattr(warmup, "cache_key", None) or f"{warmup.__module__}.{warmup.__qualname__}"
     key = {"spec": asdict(spec), "seed": seed, "corpus": _CORPUS_VERSION, "warmup": warmup_key}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     final = cache / f"tiny-llama-s{seed}-{digest}"

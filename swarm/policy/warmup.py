@@ -75,14 +75,17 @@ def fit_replies(model: Any, rows: list[tuple[list[int], list[int]]], batch_size:
                 warmup_steps: int = 0, desc: str = "warm-up") -> list[float]:
     """Train ``model`` in place on ``(prompt ids, reply ids)`` rows, in order, ``batch_size`` per AdamW step.
 
-    The loss covers the reply tokens only. ``warmup_steps`` > 0 ramps the learning rate up over
-    that many steps and then decays it linearly to a tenth; 0 keeps it constant. Returns the loss
-    curve; a progress bar shows on a terminal.
+    The loss covers the reply tokens only. ``warmup_steps`` > 0 multiplies the learning rate by
+    ``min(1, (s + 1) / warmup_steps) * max(0.1, 1 - s / steps)`` at step ``s`` (a ramp, under a
+    linear decay from the first step that floors at a tenth); 0 keeps it constant. Returns the
+    loss curve; a progress bar shows on a terminal.
     """
     import torch
     from tqdm.auto import tqdm
 
     steps = len(rows) // batch_size
+    if steps < 1:
+        raise ValueError(f"fit_replies: {len(rows)} rows make no batch of {batch_size}")
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(

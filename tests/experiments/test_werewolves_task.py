@@ -75,15 +75,18 @@ def cfg(**options: Any) -> WorkerConfig:
     return WorkerConfig(server="http://gw.test", task="werewolves", max_tokens=48, options=options)
 
 
-def test_default_village_seats_vote_through_constrained_compact_calls() -> None:
+@pytest.mark.parametrize("pays", ["eliminated", "named"])
+def test_default_village_seats_vote_through_constrained_compact_calls(pays: str) -> None:
     gw, inst = FakeGateway(), make_instance(3)
-    parts = run_multiagent(inst, gw, "werewolves-3", cfg(llm_decisions=["vote"], vote_shaping=0.5))
+    parts = run_multiagent(inst, gw, "werewolves-3", cfg(llm_decisions=["vote"], vote_shaping=0.5, vote_shaping_pays=pays))
     village = [i for i, r in enumerate(inst["roles"]) if r != "werewolf"]
     assert sorted(ep.kw["metadata"]["player"] for ep in gw.episodes) == village
     for ep in gw.episodes:
         assert ep.kw["task"] == "werewolves" and ep.kw["type"] == "train" and ep.kw["group_id"] == "werewolves-3"
         assert ep.kw["metadata"]["seed"] == 3 and ep.ended and not ep.aborted
         assert ep.reward == pytest.approx(parts["win"] + ep.metrics["vote_bonus"])  # legal replies: no penalty
+        paid = ep.metrics["vote_kills" if pays == "eliminated" else "vote_hits"]
+        assert ep.metrics["vote_bonus"] == pytest.approx(0.5 * paid / ep.metrics["votes"] if ep.metrics["votes"] else 0.0)
         for req in gw.requests.get(ep.api_key, []):  # only votes, each a fresh two-message chat
             assert req["model"] == "default" and req["max_tokens"] == 48 and len(req["messages"]) == 2
             assert req["response_format"]["json_schema"]["name"] == "vote"

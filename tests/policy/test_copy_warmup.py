@@ -47,6 +47,7 @@ def test_no_label_is_a_werewolves_word() -> None:
 
 
 @pytest.mark.slow  # builds the reading model once (~4 min on 2 cores; the werewolves bench test shares the cache)
+@pytest.mark.timeout(1200)
 def test_reading_model_copies_the_asked_number() -> None:
     """Held-out chats: the reading warm-up's greedy answer is the asked label's number far more often than
     a random number of the prompt would be (measured: 0.48 vs ~0.2)."""
@@ -63,8 +64,9 @@ def test_reading_model_copies_the_asked_number() -> None:
     with torch.no_grad():
         for system, user, reply in test:
             chat = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
-            text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) + '{"target":'
-            logits = model(input_ids=torch.tensor([tok.encode(text, add_special_tokens=False)])).logits[0, -1]
+            prompt = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+            ids = tok.encode(prompt, add_special_tokens=False) + tok.encode('{"target":', add_special_tokens=False)
+            logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
             hits += tok.decode([int(logits.argmax())]) == reply.removeprefix('{"target":').removesuffix("}")
             numbers = re.findall(r"(?<=[:,])\d", user)
             chance += numbers.count(reply[10:-1]) / len(numbers)
