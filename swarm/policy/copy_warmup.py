@@ -3,7 +3,9 @@
 A pretrained LLM can already look a fact up in its prompt; RL then teaches it which fact pays.
 The 1.2M tiny model cannot, and a team reward is too weak a signal to grow that skill from
 nothing (benchmarks/werewolves_reading.py: RL on "the vote named a wolf" moved the share of
-wolf votes 0.35 -> 0.38 in 160 steps, while supervised copying reached 0.49 in 40).
+wolf votes 0.35 -> 0.38 in 160 steps, while supervised copying reached 0.49 in 40; after this
+warm-up the same RL probe goes 0.38 -> 0.65 in 20 steps, and the werewolves bench's village learns
+to follow the seer's accusation).
 :func:`label_copy_warmup` gives it the generic skill, on synthetic chats like::
 
     system: lemon rain pen
