@@ -4,7 +4,8 @@ The CPU default (README, "Learning, werewolves") is the tiny model with the read
 (generic label copying, no werewolves words) trained with vote shaping on votes that name a wolf.
 What it learns is to vote for the player a seer claim accused: its votes naming a wolf rise, and
 with them the village's win rate. The test asserts both, paired by eval seed, with 95% intervals
-that exclude zero. When learning breaks (no gradient, wrong advantages, a policy that is not
+that exclude zero (measured alone, 40 updates, 6.6 min with the model cached: votes naming a wolf
+35.7% -> 56.5%, CI 10.3..24.3; win rate 10.9% -> 28.1%, CI 6.9..27.5). When learning breaks (no gradient, wrong advantages, a policy that is not
 updated or not served, a warm-up that no longer copies) the votes stay at the untrained ~37%.
 """
 
@@ -16,7 +17,7 @@ import pytest
 @pytest.mark.slow  # ~7 min on 2 cores once the reading model is cached (its one-time build adds ~4 min)
 @pytest.mark.timeout(1800)
 def test_the_village_learns_to_follow_the_accusation(tmp_path, load_bench):
-    r = load_bench("werewolves_bench").run(minutes=8, updates=50, eval_games=64, workers=8, overrides=["seed=0"], out_dir=tmp_path)
+    r = load_bench("werewolves_bench").run(minutes=8, updates=40, eval_games=64, workers=8, overrides=["seed=0"], out_dir=tmp_path)
     assert r["updates"] >= 25, r["updates"]
     vb, va = r["vote_accuracy"]
     vlo, vhi = r["vote_ci"]
