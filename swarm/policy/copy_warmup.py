@@ -60,7 +60,7 @@ def copy_chats(n: int, seed: int = 0) -> list[tuple[str, str, str]]:
             lines.append(f"{prefix}{label}:{','.join(map(str, values))}")
         lines.append(f"{asked}?")  # at a line start, like the lines: the same tokens as the label
         system = " ".join(rng.choice(LABELS) for _ in range(rng.randint(0, 4)))
-        out.append((system, "\n".join(lines), '{"target":%d}' % answer))
+        out.append((system, "\n".join(lines), f'{{"target":{answer}}}'))
     return out
 
 
@@ -69,18 +69,13 @@ def label_copy_warmup(model: Any, tokenizer: Any, steps: int = 600, batch_size: 
     """Train ``model`` in place on label-copy chats (loss on the reply and its end token only); the loss curve."""
     import torch
 
-    from swarm.policy.warmup import fit_replies
+    from swarm.policy.warmup import chat_rows, fit_replies
 
     torch.manual_seed(seed)
-    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    pad = tokenizer.pad_token_id
-    rows: list[tuple[list[int], list[int]]] = []
-    for system, user, reply in copy_chats(steps * batch_size, seed=seed):
-        chat = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
-        prompt = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-        rows.append((tokenizer.encode(prompt, add_special_tokens=False),
-                     tokenizer.encode(reply, add_special_tokens=False) + [eos]))
-    return fit_replies(model, rows, batch_size, lr, pad, warmup_steps=50, desc="label-copy warm-up")
+    rows = chat_rows(tokenizer, [(([{"role": "system", "content": system}] if system else [])
+                                  + [{"role": "user", "content": user}], reply)
+                                 for system, user, reply in copy_chats(steps * batch_size, seed=seed)])
+    return fit_replies(model, rows, batch_size, lr, tokenizer.pad_token_id, warmup_steps=50, desc="label-copy warm-up")
 
 
 def reading_warmup(model: Any, tokenizer: Any) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-__all__ = ["NOUNS", "VERBS", "warmup_chats", "word_chain_warmup", "fit_replies"]
+__all__ = ["NOUNS", "VERBS", "warmup_chats", "word_chain_warmup", "chat_rows", "fit_replies"]
 
 NOUNS = (
     "apple", "river", "stone", "cloud", "tiger", "piano", "lemon", "candle", "garden", "rocket",
@@ -60,15 +60,19 @@ def word_chain_warmup(model: Any, tokenizer: Any, steps: int = 300, batch_size: 
 
     torch.manual_seed(seed)
     pairs = warmup_chats(steps * batch_size, seed=seed, repeat_p=repeat_p)
+    rows = chat_rows(tokenizer, [([{"role": "user", "content": user}], reply) for user, reply in pairs])
+    return fit_replies(model, rows, batch_size, lr, tokenizer.pad_token_id, desc="word-chain warm-up")
+
+
+def chat_rows(tokenizer: Any, chats: list[tuple[list[dict[str, str]], str]]) -> list[tuple[list[int], list[int]]]:
+    """``(prompt ids, reply ids + <|im_end|>)`` per ``(messages, reply)``: the chat template's generation prompt, then the reply."""
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    pad = tokenizer.pad_token_id
-    rows: list[tuple[list[int], list[int]]] = []
-    for user, reply in pairs:
-        prompt = tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
-                                               add_generation_prompt=True)
-        p_ids = tokenizer.encode(prompt, add_special_tokens=False)
-        rows.append((p_ids, tokenizer.encode(reply, add_special_tokens=False) + [eos]))
-    return fit_replies(model, rows, batch_size, lr, pad, desc="word-chain warm-up")
+    rows = []
+    for messages, reply in chats:
+        prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        rows.append((tokenizer.encode(prompt, add_special_tokens=False),
+                     tokenizer.encode(reply, add_special_tokens=False) + [eos]))
+    return rows
 
 
 def fit_replies(model: Any, rows: list[tuple[list[int], list[int]]], batch_size: int, lr: float, pad: int,

@@ -14,7 +14,7 @@ def test_chats_are_deterministic_and_answer_the_asked_label() -> None:
         *lines, ask = user.split("\n")
         label = ask.removesuffix("?")
         (line,) = [x for x in lines if x.split(" ")[-1].split(":")[0] == label]
-        assert reply == '{"target":%s}' % line.split(":")[1]  # the asked line holds one number
+        assert reply == f'{{"target":{line.split(":")[1]}}}'  # the asked line holds one number
         assert 2 <= len(lines) <= 5
 
 
@@ -51,8 +51,6 @@ def test_no_label_is_a_werewolves_word() -> None:
 def test_reading_model_copies_the_asked_number() -> None:
     """Held-out chats: the reading warm-up's greedy answer is the asked label's number far more often than
     a random number of the prompt would be (measured: 0.48 vs 0.27)."""
-    import random
-
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -60,7 +58,7 @@ def test_reading_model_copies_the_asked_number() -> None:
 
     path = model_path({"backend": "hf", "warmup": "reading", "seed": 0})
     tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
-    rng, hits, chance, test = random.Random(0), 0, 0.0, copy_chats(300, seed=999)
+    hits, chance, test = 0, 0.0, copy_chats(300, seed=999)
     with torch.no_grad():
         for system, user, reply in test:
             chat = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
