@@ -2,8 +2,9 @@
 break the pool, each of which the gateway must refuse with a 4xx before any write.
 
 - :func:`unstorable_requests`: inputs the API schema could accept but the database could not store
-  (NUL characters, over-long ids and names, integers >= 2^31, free-form JSON nested too deep or
-  too large), one ``(path, key, body)`` per route that takes them;
+  (NUL characters outside model text, over-long ids and names, integers >= 2^31, free-form JSON
+  nested too deep or too large), one ``(path, key, body)`` per route that takes them; model text
+  (chat messages, a white-box step's prompt, reply and tool calls) may hold NUL, stored as U+FFFD;
 - :func:`out_of_vocab_steps`: ``/v1/steps`` bodies whose token ids lie outside a vocabulary;
 - :data:`FORGE`: message content spelling ChatML control tokens (a forged role boundary), which
   must be recorded as text;
@@ -58,11 +59,8 @@ def unstorable_requests(key: str, episode_id: str, admin: str | None) -> list[tu
         ("/v1/episodes", None, {"task": "t", "metadata": {"blob": "x" * (2 * 1024 * 1024)}}),
         ("/v1/steps", key, whitebox(policy_version=2**31)),
         ("/v1/steps", key, whitebox(step_id="s" * 129)),
-        ("/v1/steps", key, whitebox(response_text=NUL)),
         ("/v1/steps", key, whitebox(policy="p" * 257)),
         ("/v1/steps", key, whitebox(metadata=nest(40))),
-        ("/v1/steps", key, whitebox(prompt_messages=[{"role": "user", "content": NUL}])),
-        ("/v1/chat/completions", key, {"model": "default", "messages": [{"role": "user", "content": NUL}]}),
         ("/v1/chat/completions", key, {"model": "default", "messages": [{"role": "user", "content": "x"}],
                                        "extra": nest(100)}),
         ("/v1/events", key, {"episode_id": eid, "name": NUL}),

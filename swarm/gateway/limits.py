@@ -8,10 +8,15 @@ the field) on both backends, with the column sizes taken from :mod:`swarm.pool.s
 
 - :data:`Id` / :data:`Task` / :data:`Name`: strings sized like their columns, without NUL.
 - :data:`Text`: a string without NUL (stored inside a JSON column, no length limit here).
+- :data:`ModelText` / :data:`ModelJSONList`: text a model wrote, or a prompt quoting it, may hold
+  NUL: a byte-level tokenizer can sample the byte 0 and the client sends the reply back next turn.
+  The pool stores NUL there as U+FFFD (:func:`swarm.pool.store.scrub_nul`); the token ids, which are
+  what trains, stay exact.
 - :data:`Int32`: an integer that fits an ``integer`` column.
 - :data:`FreeJSON` / :data:`JSONList`: free-form JSON, bounded in depth and size, without NUL
   or non-finite numbers anywhere (keys included).
-- :func:`check_json`: the same walk for raw bodies (OpenAI-compatible bodies keep unknown keys).
+- :func:`check_json`: the same walk for raw bodies (OpenAI-compatible bodies keep unknown keys;
+  ``nul_ok`` for model text).
 
 It does not know which routes use which type (:mod:`swarm.gateway.schemas` does).
 """
@@ -26,7 +31,7 @@ from pydantic import AfterValidator, Field, StringConstraints
 from swarm.pool.schema import ID_LEN, INT32_MAX, NAME_LEN
 
 __all__ = ["MAX_JSON_DEPTH", "MAX_JSON_BYTES", "Id", "Task", "Name", "Text", "Int32", "FreeJSON", "JSONList",
-           "check_json", "check_text"]
+           "ModelText", "ModelJSONList", "check_json", "check_text"]
 
 MAX_JSON_DEPTH = 32  # levels of nesting in one free-form field (the serialiser's limit is 255)
 MAX_JSON_BYTES = 1024 * 1024  # approximate encoded size of one free-form field
@@ -39,14 +44,16 @@ def check_text(value: str) -> str:
     return value
 
 
-def check_json(value: Any, max_depth: int = MAX_JSON_DEPTH, max_bytes: int | None = MAX_JSON_BYTES) -> Any:
-    """``value`` unless it is too deep or too large, or holds NUL or a non-finite number anywhere."""
+def check_json(value: Any, max_depth: int = MAX_JSON_DEPTH, max_bytes: int | None = MAX_JSON_BYTES,
+               nul_ok: bool = False) -> Any:
+    """``value`` unless it is too deep or too large, or holds a non-finite number or (unless ``nul_ok``) NUL anywhere."""
     size = 0
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         v, depth = stack.pop()
         if isinstance(v, str):
-            check_text(v)
+            if not nul_ok:
+                check_text(v)
             size += len(v) + 2
         elif isinstance(v, dict | list):
             if depth >= max_depth:
@@ -55,7 +62,8 @@ def check_json(value: Any, max_depth: int = MAX_JSON_DEPTH, max_bytes: int | Non
             if isinstance(v, dict):
                 for k, item in v.items():
                     if isinstance(k, str):
-                        check_text(k)
+                        if not nul_ok:
+                            check_text(k)
                         size += len(k) + 3
                     stack.append((item, depth + 1))
             else:
@@ -79,3 +87,5 @@ Text = Annotated[str, _NoNul]
 Int32 = Annotated[int, Field(ge=0, le=INT32_MAX)]
 FreeJSON = Annotated[dict[str, Any], AfterValidator(check_json)]
 JSONList = Annotated[list[dict[str, Any]], AfterValidator(check_json)]
+ModelText = str
+ModelJSONList = Annotated[list[dict[str, Any]], AfterValidator(lambda v: check_json(v, nul_ok=True))]

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from swarm.gateway.limits import FreeJSON, Id, Int32, JSONList, Name, Task, Text, check_json
+from swarm.gateway.limits import FreeJSON, Id, Int32, ModelJSONList, ModelText, Name, Task, Text, check_json
 from swarm.pool.filter import StepFilter
 from swarm.records import EpisodeType
 
@@ -93,12 +93,13 @@ class _Sampling(BaseModel):
 
 
 class _Storable(BaseModel):
-    """A body whose unknown keys are stored too: the whole raw body is checked (NUL, depth, NaN)."""
+    """A body whose unknown keys are stored too: the whole raw body is checked (depth, NaN). NUL may be
+    there: messages quote what the model wrote, and the pool stores NUL as U+FFFD."""
 
     @model_validator(mode="before")
     @classmethod
     def _storable(cls, data: Any) -> Any:
-        return check_json(data, max_depth=_BODY_DEPTH, max_bytes=None)
+        return check_json(data, max_depth=_BODY_DEPTH, max_bytes=None, nul_ok=True)
 
 
 class ChatCompletionRequest(_Sampling, _Storable):
@@ -155,9 +156,9 @@ class WhiteboxStep(BaseModel):
     prompt_ids: list[TokenId]  # checked against the policy's vocabulary by the route
     response_ids: list[TokenId]
     response_logprobs: list[float] | None = None
-    prompt_messages: JSONList | None = None
-    response_text: Text | None = None
-    tool_calls: JSONList = Field(default_factory=list)
+    prompt_messages: ModelJSONList | None = None  # model text: NUL is stored as U+FFFD
+    response_text: ModelText | None = None
+    tool_calls: ModelJSONList = Field(default_factory=list)
     finish_reason: Name | None = None
     reward: float | None = None
     policy: Task = "default"

@@ -10,7 +10,7 @@ import pydantic
 
 from swarm.errors import ValidationError
 
-__all__ = ["coerce", "coerce_enum", "check_reward", "check_page", "chunks"]
+__all__ = ["coerce", "coerce_enum", "check_reward", "check_page", "chunks", "scrub_nul"]
 
 R = TypeVar("R", bound=pydantic.BaseModel)
 IN_CHUNK = 500  # bound parameters per IN (...) list
@@ -50,3 +50,18 @@ def check_reward(value: float | None, field: str) -> None:
 def check_page(limit: int, offset: int) -> None:
     if limit < 0 or offset < 0:
         raise ValidationError(f"limit and offset must be >= 0, got limit={limit}, offset={offset}")
+
+
+def scrub_nul(value: Any) -> Any:
+    """``value`` with NUL replaced by U+FFFD in every string, keys included (PostgreSQL's JSONB refuses NUL).
+
+    For text a model wrote (a byte-level tokenizer can sample the byte 0) and prompts quoting it; the
+    step's token ids keep the exact bytes.
+    """
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {scrub_nul(k): scrub_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub_nul(v) for v in value]
+    return value

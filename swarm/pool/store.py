@@ -30,7 +30,7 @@ from swarm.errors import ConflictError, NotFoundError, SwarmError, ValidationErr
 from swarm.pool.agreements import AgreementsMixin
 from swarm.pool.annotate import AnnotateMixin
 from swarm.pool.blocks import cut, pack_floats, split_hashes, unpack_ids
-from swarm.pool.checks import check_page, chunks, coerce
+from swarm.pool.checks import check_page, chunks, coerce, scrub_nul
 from swarm.pool.engine import insert_ignore, make_engine, transaction
 from swarm.pool.episodes import EpisodesMixin
 from swarm.pool.export import ExportMixin
@@ -207,15 +207,15 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
                 "block_keys": b"".join(k for k, _ in full),
                 "tail": tail,
                 "logprobs": None if s.response_logprobs is None else pack_floats(s.response_logprobs),
-                "body": {
+                "body": scrub_nul({  # model text may hold NUL; the ids above keep it exactly
                     "prompt_messages": s.prompt_messages,
                     "response_text": s.response_text,
                     "tool_calls": s.tool_calls,
                     "finish_reason": s.finish_reason,
                     "prefix_consistent": s.prefix_consistent,
                     "timings": s.timings,
-                },
-                "meta": s.metadata,
+                }),
+                "meta": scrub_nul(s.metadata),
             },
         }
 

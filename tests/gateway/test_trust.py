@@ -53,6 +53,28 @@ def test_unstorable_inputs_are_400_before_any_write(gw: Any) -> None:
     assert gw.http.get("/v1/pool/steps", params={"with_tokens": "true"}, headers=ADMIN).json()["total"] == 1
 
 
+def test_model_text_with_nul_is_stored_and_its_ids_stay_exact(gw: Any, hf_gateway: Any) -> None:
+    """A byte-level tokenizer can sample the byte 0, and the client sends the reply back next turn:
+    model text with NUL is accepted on both backends, stored as U+FFFD, and tokenized exactly."""
+    ep = gw.episode()
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "a\u0000b"}, {"role": "user", "content": "c"}]
+    r = gw.chat(ep["api_key"], msgs, max_tokens=2)
+    assert r.status_code == 200, r.text
+    step = gw.pool.get_step(r.json()["swarm"]["step_id"])
+    assert step.prompt_messages[1]["content"] == "a\ufffdb"
+    r = gw.post("/v1/steps", ep["api_key"], json=whitebox(response_text="x\u0000", prompt_messages=msgs,
+                                                            tool_calls=[{"function": {"arguments": "\u0000"}}]))
+    assert r.status_code == 200, r.text
+    (wb,) = [s for s in gw.pool.query_steps(StepFilter()) if s.source.value == "whitebox"]
+    assert wb.response_text == "x\ufffd" and wb.tool_calls == [{"function": {"arguments": "\ufffd"}}]
+    # the hf backend tokenizes the NUL byte itself, so the next turn's prompt extends the reply's ids
+    ep = hf_gateway.episode()
+    r = hf_gateway.chat(ep["api_key"], msgs, max_tokens=2)
+    assert r.status_code == 200, r.text
+    ids = hf_gateway.pool.get_step(r.json()["swarm"]["step_id"]).prompt_ids
+    assert "a\u0000b" in hf_gateway.backend.decode("default", ids)
+
+
 def test_whitebox_token_ids_outside_the_vocabulary_are_refused(gw: Any) -> None:
     key = gw.episode()["api_key"]
     vocab = gw.backend.vocab_size("default")
