@@ -7,8 +7,9 @@ three phases:
 
 1. eval: ``--eval-games`` games on held-out seeds (``EVAL_SEED_BASE + i``, never used for
    training; their episodes are ``type=eval`` and never trained) at policy version 0;
-2. train: workers play training seeds while the trainer leases batches and updates, for
-   ``--minutes`` of wall time (or ``--updates``);
+2. train: workers play training seeds while the trainer leases batches and updates, for the
+   run config's ``train.updates`` (100, what ``flows.train`` runs; ``--updates`` to change it;
+   ``--minutes`` caps the wall time);
 3. eval again on the same seeds with the trained policy.
 
 Printed: the baselines on the same seeds without any model (random-legal choices for the trained
@@ -19,7 +20,7 @@ per-seed differences), the wall and process CPU minutes, and the eval format-err
 curve (training win rate per update, eval points, baselines) goes to ``--png``; ``--json`` writes
 every number.
 
-    python benchmarks/werewolves_bench.py [--minutes 10] [--eval-games 128] [overrides ...]
+    python benchmarks/werewolves_bench.py [--updates 100] [--minutes M] [--eval-games 128] [overrides ...]
 
 Extra arguments are Hydra overrides of the run config (e.g. ``task.options.vote_shaping=0``).
 The last line is ``werewolves: eval win rate <A>% -> <B>% (<n> games each, 95% CI of the gain
@@ -188,7 +189,7 @@ def plot(path: Path, curve: list[dict[str, float]], evals: list[tuple[float, flo
     plt.close(fig)
 
 
-def run(minutes: float, updates: int | None, eval_games: int, workers: int, overrides: list[str],
+def run(minutes: float | None, updates: int | None, eval_games: int, workers: int, overrides: list[str],
         png: Path | None = None, json_path: Path | None = None, log: Any = print,
         out_dir: Path | None = None) -> dict[str, Any]:
     """The whole benchmark; returns every number (see the module docstring). ``out_dir`` holds the
@@ -239,9 +240,11 @@ def run(minutes: float, updates: int | None, eval_games: int, workers: int, over
         worker = threading.Thread(target=run_worker, args=(wcfg, stop), daemon=True)
         t_train = time.time()
         worker.start()
-        deadline = t_train + 60 * minutes
+        deadline = t_train + 60 * minutes if minutes is not None else math.inf
+        if updates is None:
+            updates = int(cfg["train"]["updates"])
         flt_kw = {"nonzero_variance": cfg["batching"]["strategy"] == "groups_var"}
-        while (updates is None or len(curve) < updates) and time.time() < deadline:
+        while len(curve) < updates and time.time() < deadline:
             flt = loop.trainable_filter(policy, trainer.version, cfg["train"]["max_staleness"], **flt_kw)
             decision = loop.wait_for_batch(pool, flt, cfg["batching"]["strategy"],
                                            min_episodes=int(cfg["batching"]["min_episodes"]),
@@ -306,10 +309,9 @@ def run(minutes: float, updates: int | None, eval_games: int, workers: int, over
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--minutes", type=float, default=10.0,
-                    help="training wall-time budget (with the model's one-time warm-up build and both evals the "
-                         "default bench takes about 20 minutes)")
-    ap.add_argument("--updates", type=int, default=None, help="stop after this many updates (default: time only)")
+    ap.add_argument("--minutes", type=float, default=None, help="cap on the training wall time (default: none)")
+    ap.add_argument("--updates", type=int, default=None,
+                    help="stop after this many updates (default: the run config's train.updates, 100, like flows.train)")
     ap.add_argument("--eval-games", type=int, default=128)
     ap.add_argument("--workers", type=int, default=8, help="concurrent games")
     ap.add_argument("--png", type=Path, default=REPO / "docs" / "img" / "werewolves_curve.png")

@@ -117,8 +117,22 @@ def main() -> None:
                     total += sum(float(p) for p, t in zip(lp.exp(), d.targets, strict=True) if roles[t] == WEREWOLF)
         return total / len(test)
 
+    def start_bias() -> str:
+        """Where the untrained model's vote goes: its own number (the ``you:N`` line) and the accused player."""
+        own = acc = 0.0
+        n_acc = 0
+        with torch.no_grad():
+            for j in range(0, len(test), 64):
+                items = test[j:j + 64]
+                for lp, (_, d, _) in zip(target_logprobs(items), items, strict=True):
+                    p = dict(zip(d.targets, lp.exp().tolist(), strict=True))
+                    own += p.get(d.player, 0.0)
+                    if (a := accused(d)) is not None:
+                        acc, n_acc = acc + p[a], n_acc + 1
+        return f"its own number {own / len(test):.2f}, the accused player {acc / max(n_acc, 1):.2f} (of {n_acc} with one)"
+
     t0 = time.time()
-    print(f"step 0: test votes naming a wolf {wolf_share():.3f}", flush=True)
+    print(f"step 0: test votes naming a wolf {wolf_share():.3f}; probability on {start_bias()}", flush=True)
     for step in range(1, args.steps + 1):
         items = rng.sample(train, 64)
         lps = target_logprobs(items)

@@ -4,8 +4,10 @@ A pretrained LLM can already look a fact up in its prompt; RL then teaches it wh
 The 1.2M tiny model cannot, and a team reward is too weak a signal to grow that skill from
 nothing (benchmarks/werewolves_reading.py: RL on "the vote named a wolf" moved the share of
 wolf votes 0.35 -> 0.38 in 160 steps, while supervised copying reached 0.49 in 40; after this
-warm-up the same RL probe goes 0.38 -> 0.65 in 20 steps, and the werewolves bench's village learns
-to follow the seer's accusation).
+warm-up the same RL probe goes 0.23 -> 0.55 in 60 steps, and the werewolves bench's village learns
+to follow the seer's accusation). Untrained, the warmed model copies a line nobody asked for: in
+a werewolves vote 42% of its probability goes to its own number (the ``you:N`` line), 9% to the
+accused player (``benchmarks/werewolves_reading.py`` prints both at step 0); RL moves it off that.
 :func:`label_copy_warmup` gives it the generic skill, on synthetic chats like::
 
     system: lemon rain pen
@@ -64,9 +66,16 @@ def copy_chats(n: int, seed: int = 0) -> list[tuple[str, str, str]]:
     return out
 
 
-def label_copy_warmup(model: Any, tokenizer: Any, steps: int = 600, batch_size: int = 32, lr: float = 5e-3,
+def label_copy_warmup(model: Any, tokenizer: Any, steps: int = 800, batch_size: int = 32, lr: float = 2e-3,
                       seed: int = 0) -> list[float]:
-    """Train ``model`` in place on label-copy chats (loss on the reply and its end token only); the loss curve."""
+    """Train ``model`` in place on label-copy chats (loss on the reply and its end token only); the loss curve.
+
+    The loss sits on a plateau (~0.39, guessing a number of the prompt) until copying forms, then
+    drops to ~0.12. At lr 2e-3 that happened by step 400-550 for each of three data seeds, with
+    held-out accuracy 0.63-0.66; at lr 5e-3 it came late or never (0.31 after 600 decayed steps, 0.09
+    after 2000 constant ones), and where it came depended on float rounding: the same build gave
+    0.48 on one machine and 0.31 on another. Hence the lower rate and the margin in ``steps``.
+    """
     import torch
 
     from swarm.policy.warmup import chat_rows, fit_replies
@@ -87,4 +96,4 @@ def reading_warmup(model: Any, tokenizer: Any) -> None:
 
 
 # the tiny model's cache key: bump the version whenever LABELS, copy_chats or the defaults above change
-reading_warmup.cache_key = "swarm.policy.copy_warmup.reading_warmup:v1"  # type: ignore[attr-defined]
+reading_warmup.cache_key = "swarm.policy.copy_warmup.reading_warmup:v2"  # type: ignore[attr-defined]

@@ -46,11 +46,12 @@ def test_no_label_is_a_werewolves_word() -> None:
     assert not seen & set(LABELS)
 
 
-@pytest.mark.slow  # builds the reading model once (~4 min on 2 cores; the werewolves bench test shares the cache)
+@pytest.mark.slow  # builds the reading model once (95-300 s on 2 cores; the werewolves bench test shares the cache)
 @pytest.mark.timeout(1200)
 def test_reading_model_copies_the_asked_number() -> None:
     """Held-out chats: the reading warm-up's greedy answer is the asked label's number far more often than
-    a random number of the prompt would be (measured: 0.48 vs 0.27)."""
+    a random number of the prompt would be (measured: 0.65 vs 0.27; the three data seeds of
+    ``label_copy_warmup``'s docstring gave 0.63-0.66)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -70,4 +71,4 @@ def test_reading_model_copies_the_asked_number() -> None:
             chance += numbers.count(reply[10:-1]) / len(numbers)
     print(f"reading warm-up: the asked number {hits / len(test):.2f} of held-out chats, "
           f"a random number of the prompt {chance / len(test):.2f}")
-    assert hits / len(test) > 1.5 * chance / len(test)
+    assert hits / len(test) > 2 * chance / len(test)
