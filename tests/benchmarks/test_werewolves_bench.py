@@ -4,7 +4,7 @@ The CPU default (README, "Learning, werewolves") is the tiny model with the read
 (generic label copying, no werewolves words) trained with vote shaping on votes that name a wolf.
 It runs exactly the bench's default (the flow's 100 updates, 128 held-out eval seeds) and
 asserts what held in every run of this session: the village's votes naming a wolf rise, paired
-by eval seed, with a 95% interval above zero (lower ends 2.1 to 5.8 points over six runs). It
+by eval seed, with a 95% interval above zero (lower ends 2.1 to 5.8 points over five runs). It
 prints but does not assert the win rate and the votes that eliminated a wolf: two runs of this
 very setting gave win rates 6.2% -> 18.8% (CI 5.3..19.7) and 7.8% -> 10.2% (CI -4.3..9.0), so
 at 100 updates they are not a test that can hold (experiments/werewolves/README.md, "Learning").
