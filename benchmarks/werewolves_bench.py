@@ -212,6 +212,7 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
     out_dir = str(out_dir) if out_dir is not None else tempfile.mkdtemp(prefix="werewolves-bench-")
     cfg = compose(overrides, out_dir)
     task, algo = cfg["task"], cfg["algo"]
+    updates = int(cfg["train"]["updates"]) if updates is None else updates
     if cfg["model"].get("backend") == "hf":  # the tiny model is built once with its warm-up, then cached
         t_model = time.time()
         model_path(cfg["model"])
@@ -241,8 +242,6 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
         t_train = time.time()
         worker.start()
         deadline = t_train + 60 * minutes if minutes is not None else math.inf
-        if updates is None:
-            updates = int(cfg["train"]["updates"])
         flt_kw = {"nonzero_variance": cfg["batching"]["strategy"] == "groups_var"}
         while len(curve) < updates and time.time() < deadline:
             flt = loop.trainable_filter(policy, trainer.version, cfg["train"]["max_staleness"], **flt_kw)

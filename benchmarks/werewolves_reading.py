@@ -108,31 +108,29 @@ def main() -> None:
         logits = model(input_ids=batch, attention_mask=mask).logits[:, -1]
         return [torch.log_softmax(logits[k, cand], -1) for k, ((_, cand), _, _) in enumerate(items)]
 
-    def wolf_share() -> float:
-        with torch.no_grad():
-            total = 0.0
-            for j in range(0, len(test), 64):
-                items = test[j:j + 64]
-                for lp, (_, d, roles) in zip(target_logprobs(items), items, strict=True):
-                    total += sum(float(p) for p, t in zip(lp.exp(), d.targets, strict=True) if roles[t] == WEREWOLF)
-        return total / len(test)
-
-    def start_bias() -> str:
-        """Where the untrained model's vote goes: its own number (the ``you:N`` line) and the accused player."""
-        own = acc = 0.0
+    def test_shares() -> tuple[float, float, float, int]:
+        """Mean probability of the test votes on a wolf, on the voter's own number (the ``you:N`` line)
+        and, over the decisions with a living accused player, on that player (and how many those are)."""
+        wolf = own = acc = 0.0
         n_acc = 0
         with torch.no_grad():
             for j in range(0, len(test), 64):
                 items = test[j:j + 64]
-                for lp, (_, d, _) in zip(target_logprobs(items), items, strict=True):
+                for lp, (_, d, roles) in zip(target_logprobs(items), items, strict=True):
                     p = dict(zip(d.targets, lp.exp().tolist(), strict=True))
+                    wolf += sum(v for t, v in p.items() if roles[t] == WEREWOLF)
                     own += p.get(d.player, 0.0)
                     if (a := accused(d)) is not None:
                         acc, n_acc = acc + p[a], n_acc + 1
-        return f"its own number {own / len(test):.2f}, the accused player {acc / max(n_acc, 1):.2f} (of {n_acc} with one)"
+        return wolf / len(test), own / len(test), acc / max(n_acc, 1), n_acc
+
+    def wolf_share() -> float:
+        return test_shares()[0]
 
     t0 = time.time()
-    print(f"step 0: test votes naming a wolf {wolf_share():.3f}; probability on {start_bias()}", flush=True)
+    wolf, own, acc, n_acc = test_shares()
+    print(f"step 0: test votes naming a wolf {wolf:.3f}; probability on its own number {own:.2f}, "
+          f"the accused player {acc:.2f} (of {n_acc} with one)", flush=True)
     for step in range(1, args.steps + 1):
         items = rng.sample(train, 64)
         lps = target_logprobs(items)

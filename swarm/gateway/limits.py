@@ -10,7 +10,7 @@ the field) on both backends, with the column sizes taken from :mod:`swarm.pool.s
 - :data:`Text`: a string without NUL (stored inside a JSON column, no length limit here).
 - :data:`ModelText` / :data:`ModelJSONList`: text a model wrote, or a prompt quoting it, may hold
   NUL: a byte-level tokenizer can sample the byte 0 and the client sends the reply back next turn.
-  The pool stores NUL there as U+FFFD (:func:`swarm.pool.store.scrub_nul`); the token ids, which are
+  The pool stores NUL there as U+FFFD (:func:`swarm.pool.checks.scrub_nul`); the token ids, which are
   what trains, stay exact.
 - :data:`Int32`: an integer that fits an ``integer`` column.
 - :data:`FreeJSON` / :data:`JSONList`: free-form JSON, bounded in depth and size, without NUL

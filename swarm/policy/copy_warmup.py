@@ -5,9 +5,10 @@ The 1.2M tiny model cannot, and a team reward is too weak a signal to grow that 
 nothing (benchmarks/werewolves_reading.py: RL on "the vote named a wolf" moved the share of
 wolf votes 0.35 -> 0.38 in 160 steps, while supervised copying reached 0.49 in 40; after this
 warm-up the same RL probe goes 0.23 -> 0.55 in 60 steps, and the werewolves bench's village
-reads a little: experiments/werewolves/README.md, "Learning"). Untrained, the warmed model copies a line nobody asked for: in
-a werewolves vote 42% of its probability goes to its own number (the ``you:N`` line), 9% to the
-accused player (``benchmarks/werewolves_reading.py`` prints both at step 0); RL moves it off that.
+reads a little: experiments/werewolves/README.md, "Learning"). Untrained, the warmed model copies
+a line nobody asked for: in a werewolves vote 42% of its probability goes to its own number (the
+``you:N`` line), 9% to the accused player (``benchmarks/werewolves_reading.py`` prints both at
+step 0); RL moves it off that.
 :func:`label_copy_warmup` gives it the generic skill, on synthetic chats like::
 
     system: lemon rain pen

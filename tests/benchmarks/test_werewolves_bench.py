@@ -6,8 +6,8 @@ It runs exactly the bench's default (the flow's 100 updates, 128 held-out eval s
 updates no signal is significant in every run. Over five runs of this setting, votes naming a
 wolf (what the shaping pays) gained +9.9, +9.2, +5.9, +11.2 and +6.8 points (95% intervals' lower
 ends 2.4, 3.6, -2.7, 6.9, -1.4); votes that eliminated a wolf +19.3, +2.1, +13.8 and -1.3 in the
-first four; the win rate +12.6, +2.4, +6.3, +2.3 and 0.0. So this test asserts the one direction that held in every run, that
-the share of votes naming a wolf rose, and prints the intervals; issue 11's significance goal is
+first four; the win rate +12.6, +2.4, +6.3, +2.3 and 0.0. So this test asserts the one direction
+that held in every run, that the share of votes naming a wolf rose, and prints the intervals; issue 11's significance goal is
 open (experiments/werewolves/README.md, "Learning"). When learning breaks (no gradient, wrong
 advantages, a policy that is not updated or not served) the votes stay where they started (~26%
 naming a wolf) and the test is a coin flip, so it catches such a break only about half the time.
