@@ -109,7 +109,7 @@ def main() -> None:
         return [torch.log_softmax(logits[k, cand], -1) for k, ((_, cand), _, _) in enumerate(items)]
 
     def test_shares() -> tuple[float, float, float, int]:
-        """Mean probability of the test votes on a wolf, on the voter's own number (the ``you:N`` line)
+        """Mean probability of the test votes on a wolf, on the voter's own number (the ``you N`` line)
         and, over the decisions with a living accused player, on that player (and how many those are)."""
         wolf = own = acc = 0.0
         n_acc = 0

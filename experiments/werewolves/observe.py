@@ -4,8 +4,8 @@ The compact observation is a few fixed lines built only from what the player may
 role, private facts of that role, and the public record), in the same order every time, so a
 small model with a short context can read it:
 
-    you:5 villager
-    day:2 alive:1,2,3,5,6,8
+    you 5 villager
+    day 2 alive:1,2,3,5,6,8
     seer claims: 6 accuses:4
     voted against a seer claimant:3,8
     vote for a living player
@@ -15,7 +15,9 @@ claimant, fellow wolves, proposals, checks, the witch's victim) are written righ
 or ``,``, never after a space: the answer ``{"target":4}`` (the gateway's compact JSON
 separators) holds the bare digit token, and in the tiny tokenizer `` 4`` (space-digit) is
 another token, so a number written after a space would have to be translated before it could be
-copied. (The claimant of a seer claim, the one number a vote should not copy, follows a space.)
+copied. Numbers a vote should not copy follow a space: the claimant of a seer claim, the day,
+and the observer's own number (written ``you:5``, a copying model put 42% of its vote on itself,
+against 11% as ``you 5``: ``benchmarks/werewolves_reading.py --steps 0``).
 
 The public facts are stated, not judged: ``seer claims`` lists every public "I am the seer.
 Player N is a werewolf" claim as ``C accuses:N`` (true or not), ``voted against a seer
@@ -95,7 +97,7 @@ def _private(d: Decision) -> list[str]:
 
 def compact_observation(d: Decision) -> str:
     """The user message of one decision in the compact format (see the module docstring)."""
-    lines = [f"you:{d.player} {d.role}", f"day:{d.round} alive:{_numbers(d.alive)}", *_private(d),
+    lines = [f"you {d.player} {d.role}", f"day {d.round} alive:{_numbers(d.alive)}", *_private(d),
              f"seer claims: {claims_line(d)}", f"voted against a seer claimant:{against_line(d)}"]
     if d.kind in SPEECH_KINDS:
         today = [e.text for e in d.events if e.kind == "speech" and e.to is None and e.round == d.round]

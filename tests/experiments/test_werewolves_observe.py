@@ -102,3 +102,14 @@ def test_schemas_list_only_the_legal_choices() -> None:
             if d.kind == "vote":
                 assert set(props) == {"target"} and props["target"]["enum"] == list(d.alive)
     assert {"vote", "wolf_kill", "seer", "witch", "speak"} <= kinds
+
+
+def test_the_own_number_is_not_written_as_a_number_to_copy() -> None:
+    """Players a decision may copy follow ``:`` or ``,`` (the answer's digit token); the observer's own
+    number and the day follow a space, so a copying model is not led to vote for itself
+    (``benchmarks/werewolves_reading.py --steps 0`` prints the share it puts on its own number)."""
+    for _, log in games(range(6)):
+        for d in log:
+            first, second = compact_observation(d).splitlines()[:2]
+            assert first == f"you {d.player} {d.role}"
+            assert second == f"day {d.round} alive:{','.join(map(str, d.alive))}"

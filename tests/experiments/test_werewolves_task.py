@@ -90,7 +90,7 @@ def test_default_village_seats_vote_through_constrained_compact_calls(pays: str)
         for req in gw.requests.get(ep.api_key, []):  # only votes, each a fresh two-message chat
             assert req["model"] == "default" and req["max_tokens"] == 48 and len(req["messages"]) == 2
             assert req["response_format"]["json_schema"]["name"] == "vote"
-            assert req["messages"][1]["content"].startswith(f"you:{ep.kw['metadata']['player']} ")
+            assert req["messages"][1]["content"].startswith(f"you {ep.kw['metadata']['player']} ")
         assert ep.metrics["format_errors"] == 0.0 and ep.metrics["calls"] == len(gw.requests.get(ep.api_key, []))
         if ep.metrics["calls"]:  # each vote step has its own shaped reward; their mean is the episode's
             assert ep.step_rewards is not None and len(ep.step_rewards) == ep.metrics["calls"]
