@@ -16,7 +16,7 @@ or ``,``, never after a space: the answer ``{"target":4}`` (the gateway's compac
 separators) holds the bare digit token, and in the tiny tokenizer `` 4`` (space-digit) is
 another token, so a number written after a space would have to be translated before it could be
 copied. Numbers a vote should not copy follow a space: the claimant of a seer claim, the day,
-and the observer's own number (written ``you:5``, a copying model put 42% of its vote on itself,
+and the observer's own number (written ``you:5``, a copying model put 26-42% of its vote on itself,
 against 11% as ``you 5``: ``benchmarks/werewolves_reading.py --steps 0``).
 
 The public facts are stated, not judged: ``seer claims`` lists every public "I am the seer.
