@@ -69,6 +69,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--wide", action="store_true", help="hidden 256 / intermediate 1024 (conf/model/tiny_wide.yaml)")
     ap.add_argument("--warmup", default="reading", help="the tiny model's model.warmup: reading | word_chain | none")
+    ap.add_argument("--model-seed", type=int, default=0, help="the tiny model's model.seed (another build of it)")
     ap.add_argument("--path", default=None, help="probe this checkpoint folder instead of building the tiny model")
     args = ap.parse_args()
     import torch
@@ -80,7 +81,7 @@ def main() -> None:
     torch.manual_seed(0)
     rng = random.Random(0)
     wide = {"hidden_size": 256, "intermediate_size": 1024} if args.wide else {}
-    path = args.path or model_path({"backend": "hf", "warmup": args.warmup, "seed": 0, "tiny_spec": wide})
+    path = args.path or model_path({"backend": "hf", "warmup": args.warmup, "seed": args.model_seed, "tiny_spec": wide})
     tok = AutoTokenizer.from_pretrained(path)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(path), LoraConfig(
         r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
