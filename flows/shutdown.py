@@ -66,8 +66,10 @@ class StopSignal:
             os._exit(128 + signum)  # asked twice: stop now, no cleanup (the checkpoint is atomic)
         self.signum = signum
         self.event.set()
-        print(f"\n{signal.Signals(signum).name}: finishing the current update, then checkpoint and stop "
-              "(send it again to stop at once)", file=sys.stderr, flush=True)
+        # the flow checks the event between stages: a model build under way (minutes for the tiny model's
+        # warm-up, then cached) or an update finishes first
+        print(f"\n{signal.Signals(signum).name}: finishing what is under way (the current update, or the model "
+              "build), then checkpoint and stop (send it again to stop at once)", file=sys.stderr, flush=True)
 
     @property
     def exit_code(self) -> int | None:
