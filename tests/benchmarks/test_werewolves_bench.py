@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.mark.slow  # ~10 min on 2 cores once the reading model is cached (its one-time build adds 95-300 s)
+@pytest.mark.slow  # ~10 min on 2 cores once the reading model is cached (its one-time build adds 94-300 s)
 @pytest.mark.timeout(2400)
 def test_the_village_learns_to_win(tmp_path, load_bench):
     r = load_bench("werewolves_bench").run(minutes=None, updates=None, eval_games=128, workers=8, overrides=["seed=0"],
@@ -25,7 +25,8 @@ def test_the_village_learns_to_win(tmp_path, load_bench):
     lo, hi = r["ci"]
     klo, khi = r["kill_ci"]
     print(f"win rate {100 * r['before']:.1f}% -> {100 * r['after']:.1f}% (95% CI of the gain {lo:.1f}..{hi:.1f}) "
-          f"after {r['updates']} updates; votes naming a wolf {100 * vb:.1f}% -> {100 * va:.1f}% (CI {vlo:.1f}..{vhi:.1f}); "
+          f"after {r['updates']} updates; votes naming a wolf {100 * vb:.1f}% -> {100 * va:.1f}% "
+          f"(CI {vlo:.1f}..{vhi:.1f}); "
           f"votes eliminating a wolf {100 * r['vote_kill_rate'][0]:.1f}% -> {100 * r['vote_kill_rate'][1]:.1f}% "
           f"(CI {klo:.1f}..{khi:.1f})")
     assert lo > 0, f"win rate {r['before']:.3f} -> {r['after']:.3f}: 95% CI of the gain {lo:.1f}..{hi:.1f} points"
