@@ -265,8 +265,7 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
             pool.ack(lease.lease_id, trainer.version)
             row = {"update": float(trainer.version), "minute": (time.time() - t_train) / 60,
                    "win": statistics.fmean(wins), "steps": float(len(lease.steps)),
-                   "loss": float(m.get("train/loss", 0.0)), "entropy": float(m.get("train/entropy", 0.0)),
-                   "grad_norm": float(m.get("train/grad_norm", 0.0)), "clip_frac": float(m.get("train/clip_frac", 0.0))}
+                   **{k: float(m.get(f"train/{k}", 0.0)) for k in ("loss", "entropy", "grad_norm", "clip_frac")}}
             curve.append(row)
             if trainer.version % 10 == 0:
                 recent = statistics.fmean(r["win"] for r in curve[-10:])
