@@ -1,7 +1,7 @@
 """Client workers for the training flow, as Prefect tasks: threads in this process
 (``runner=thread``), ``python -m swarm.client`` subprocesses (``runner=process``), which can be
 killed and restarted at any time without disturbing the gateway or the trainer, or Ray tasks
-through prefect-ray's ``RayTaskRunner`` (``runner=ray``) on a local loopback-only Ray or on an
+through prefect-ray's ``RayTaskRunner`` (``runner=ray``, flows/ray_runner.py) on a local loopback-only Ray or on an
 existing cluster (``runner.address``).
 
 Ray tasks cannot see the flow's ``threading.Event``: a small Ray actor carries the stop signal,
@@ -240,8 +240,9 @@ def start_ray_workers(runner: dict[str, Any], server: str, task_cfg: dict[str, A
     """Start ``runner.tasks`` Ray tasks, each running ``runner.workers`` concurrent episodes."""
     import ray
     from prefect.settings import PREFECT_API_URL, temporary_settings
-    from prefect_ray import RayTaskRunner
     from prefect_ray.context import remote_options
+
+    from flows.ray_runner import DrainingRayTaskRunner
 
     api = _prefect_api_url(runner)
     env = {**RAY_ENV, **{k: v for k, v in os.environ.items() if k.startswith(("PREFECT_", "SWARM_", "HF_"))}}
@@ -249,7 +250,7 @@ def start_ray_workers(runner: dict[str, Any], server: str, task_cfg: dict[str, A
     if api:
         env["PREFECT_API_URL"] = api
     address, init_kw = ray_init_kwargs(runner, env)
-    ray_runner = RayTaskRunner(address=address, init_kwargs=init_kw)
+    ray_runner = DrainingRayTaskRunner(address=address, init_kwargs=init_kw)
     scratch = {**RAY_ENV, "HOME": str(_ray_home(runner))} if address is None else dict(RAY_ENV)
     if address is None:
         _loopback_only()
