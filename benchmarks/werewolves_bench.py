@@ -196,13 +196,12 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
     pool and checkpoints (default: a new temporary folder, kept for inspection)."""
     from flows.components import (
         gateway_settings,
-        lora_spec,
         make_backend,
         make_pool,
-        make_train_config,
         model_path,
         trainer_model_path,
     )
+    from flows.config import lora_spec, make_train_config
     from swarm import loop
     from swarm.client import run_worker
     from swarm.stack import start_stack

@@ -10,14 +10,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from flows.config import ConfigError, RunConfig
+from flows.config import ConfigError, RunConfig, lora_spec
 from swarm.gateway import GatewaySettings
 from swarm.policy import PolicyBackend, build_backend
 from swarm.pool import Pool
-from swarm.train import LoraSpec, TrainConfig
+from swarm.train import LoraSpec
 
-__all__ = ["ConfigError", "model_path", "make_pool", "make_backend", "make_gateway_backend", "make_train_config",
-           "lora_spec", "gateway_settings", "trainer_model_path", "tiny_spec"]
+__all__ = ["ConfigError", "model_path", "make_pool", "make_backend", "make_gateway_backend",
+           "gateway_settings", "trainer_model_path", "tiny_spec"]
 
 REPO = Path(__file__).resolve().parents[1]
 # model.warmup of the tiny model -> the warm-up function (module:name)
@@ -68,15 +68,6 @@ def tiny_spec(model: dict[str, Any]) -> Any:
     if "vocab_size" in overrides:
         raise ConfigError("model.tiny_spec.vocab_size: the tiny tokenizer is shared by every tiny model; keep 1024")
     return TinySpec(**overrides)
-
-
-def lora_spec(algo: dict[str, Any]) -> LoraSpec | None:
-    lora = algo.get("lora")
-    if not lora:
-        return None
-    return LoraSpec(rank=int(lora.get("rank", 8)), alpha=float(lora.get("alpha", 16)),
-                    dropout=float(lora.get("dropout", 0.0)),
-                    target_modules=tuple(lora.get("target_modules", ("q_proj", "v_proj"))))
 
 
 def make_pool(pool: dict[str, Any]) -> Pool:
@@ -149,16 +140,6 @@ def _make_fleet(model: dict[str, Any], policies: list[str], lora: LoraSpec | Non
         named[name] = make_backend(rep, policies, lora)
     kw = {k: model[k] for k in ("wait_s", "cooldown_s", "retries") if model.get(k) is not None}
     return FleetBackend(named, capacities=caps, **kw)
-
-
-def make_train_config(algo: dict[str, Any], temperature: float, pad_id: int) -> TrainConfig:
-    keys = ("lr", "weight_decay", "max_grad_norm", "clip_low", "clip_high", "ratio", "tis_cap", "kl_coef",
-            "loss_agg", "merge", "token_budget", "attention")
-    kw = {k: algo[k] for k in keys if k in algo}
-    try:
-        return TrainConfig(**kw, lora=lora_spec(algo), temperature=temperature, pad_id=pad_id)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"algo: {exc}") from exc
 
 
 _GATEWAY_KEYS = ("base_url", "max_body_bytes", "max_whitebox_body_bytes", "max_tokens_cap", "max_n",

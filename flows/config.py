@@ -3,7 +3,8 @@
 Light on purpose (pydantic and the standard library only): a bad value fails here with one line
 naming the key, in well under a second, before Prefect, MLflow or torch are imported. The
 open groups whose keys depend on the chosen option (``model``, ``algo``, ``runner``, ``gateway``,
-``pool``) stay dicts here and are checked by :mod:`flows.components` when they are built.
+``pool``) stay dicts here and are checked by :mod:`flows.components` when they are built; ``algo``
+becomes its torch-free ``TrainConfig`` here (:func:`make_train_config`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from swarm.train.config import LoraSpec, TrainConfig
+
 __all__ = ["ConfigError", "RunConfig", "TaskSection", "TrainSection", "BatchingSection", "MlflowSection",
-           "validate", "check_pool_url", "check_task", "unknown_key_hint", "workers_elsewhere"]
+           "validate", "check_pool_url", "check_task", "unknown_key_hint", "workers_elsewhere", "lora_spec",
+           "make_train_config"]
 
 
 class ConfigError(ValueError):
@@ -234,3 +238,25 @@ def check_pool_url(url: str, timeout_s: float = 3.0) -> None:
         raise ConfigError(f"pool.url={parsed.render_as_string(hide_password=True)}: cannot connect: {reason}") from None
     finally:
         engine.dispose()
+
+
+def lora_spec(algo: dict[str, Any]) -> LoraSpec | None:
+    """The LoRA adapter of ``algo.lora`` (None: train every weight)."""
+    lora = algo.get("lora")
+    if not lora:
+        return None
+    return LoraSpec(rank=int(lora.get("rank", 8)), alpha=float(lora.get("alpha", 16)),
+                    dropout=float(lora.get("dropout", 0.0)),
+                    target_modules=tuple(lora.get("target_modules", ("q_proj", "v_proj"))))
+
+
+def make_train_config(algo: dict[str, Any], temperature: float, pad_id: int) -> TrainConfig:
+    """The trainer's settings from the ``algo`` group (ConfigError names the bad field). Torch-free, so
+    ``cli_config`` checks them before anything heavy is imported."""
+    keys = ("lr", "weight_decay", "max_grad_norm", "clip_low", "clip_high", "ratio", "tis_cap", "kl_coef",
+            "loss_agg", "merge", "token_budget", "attention")
+    kw = {k: algo[k] for k in keys if k in algo}
+    try:
+        return TrainConfig(**kw, lora=lora_spec(algo), temperature=temperature, pad_id=pad_id)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"algo: {exc}") from exc

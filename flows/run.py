@@ -30,10 +30,9 @@ from flows.components import (
     gateway_settings,
     make_gateway_backend,
     make_pool,
-    make_train_config,
     trainer_model_path,
 )
-from flows.config import BatchingSection, RunConfig, check_task, validate
+from flows.config import BatchingSection, RunConfig, check_task, make_train_config, validate
 from flows.workers import start_workers
 from swarm import loop
 from swarm.pool import Lease, Pool

@@ -24,7 +24,15 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from flows.config import ConfigError, RunConfig, check_pool_url, check_task, unknown_key_hint, validate
+from flows.config import (
+    ConfigError,
+    RunConfig,
+    check_pool_url,
+    check_task,
+    make_train_config,
+    unknown_key_hint,
+    validate,
+)
 
 __all__ = ["main", "cli_config"]  # train_flow, run_update, follow_flow: lazily from flows.run
 
@@ -103,6 +111,7 @@ def cli_config(cfg: DictConfig, overrides: list[str]) -> RunConfig:
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
     run = validate(resolved, overrides)
+    make_train_config(run.algo, run.task.temperature, pad_id=0)  # algo's values, checked before any torch import
     check_task(run.task, run.runner)
     if not os.environ.get("SWARM_POOL_URL"):
         check_pool_url(str(run.pool.get("url", "")))

@@ -11,16 +11,24 @@ Pure functions (``advantages``, ``losses``) hold the RL math; ``Trainer`` holds 
 Under torchrun, ``distributed`` makes the update data parallel (rank 0 leads, others ``follow``).
 """
 
-from swarm.train import distributed
-from swarm.train.advantages import advantage_stats, assign_credit, group_keys, grpo_advantages
-from swarm.train.checkpoint import commit_checkpoint, load_latest_checkpoint
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from swarm.train.config import LoraSpec, TrainConfig
-from swarm.train.forward import target_logprobs
-from swarm.train.ledger import Ledger
-from swarm.train.losses import item_token_weights, k3_kl, ppo_clip_loss
-from swarm.train.prepare import items_from_steps
-from swarm.train.publish import adapter_state, save_adapter
-from swarm.train.trainer import Trainer
+
+# name -> module; imported on first use, so reading a TrainConfig (the CLI's fail-fast check) costs no torch
+_LAZY = {
+    **dict.fromkeys(("advantage_stats", "assign_credit", "group_keys", "grpo_advantages"), "swarm.train.advantages"),
+    **dict.fromkeys(("commit_checkpoint", "load_latest_checkpoint"), "swarm.train.checkpoint"),
+    "target_logprobs": "swarm.train.forward",
+    "Ledger": "swarm.train.ledger",
+    **dict.fromkeys(("item_token_weights", "k3_kl", "ppo_clip_loss"), "swarm.train.losses"),
+    "items_from_steps": "swarm.train.prepare",
+    **dict.fromkeys(("adapter_state", "save_adapter"), "swarm.train.publish"),
+    "Trainer": "swarm.train.trainer",
+}
 
 __all__ = [
     "assign_credit",
@@ -42,3 +50,11 @@ __all__ = [
     "load_latest_checkpoint",
     "distributed",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "distributed":
+        return importlib.import_module("swarm.train.distributed")
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'swarm.train' has no attribute {name!r}")

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 
 from swarm.errors import ValidationError
-from swarm.merge.collate import Collated
 from swarm.merge.items import TrainSeq
+from swarm.merge.tensors import Collated
 from swarm.policy.constraint import LIBRARY, Constraint, Grammars
 
 __all__ = ["ConstraintReplay", "target_allowed"]

@@ -1,6 +1,6 @@
 """Flex attention for tree-packed rows: a ``BlockMask`` built from the tree, never a dense mask.
 
-A packed row's tree is described by ``subtree_end`` (``swarm.merge.collate``): query ``q`` sees
+A packed row's tree is described by ``subtree_end`` (``swarm.merge.tensors``): query ``q`` sees
 key ``k`` iff ``k <= q < subtree_end[k]`` (its ancestors and itself). :func:`tree_mask_mod` is
 that rule as a flex-attention ``mask_mod``; :func:`tree_block_mask` builds the matching
 ``torch.nn.attention.flex_attention.BlockMask`` directly from the key intervals
@@ -14,7 +14,7 @@ implementation, which takes a 4D ``BlockMask`` as ``attention_mask`` unchanged
 (``masking_utils._preprocess_mask_arguments`` returns 4D masks as they are) and runs the
 compiled flex kernel with it (``integrations/flex_attention.py``).
 
-Not here: the dense boolean mask (``swarm.merge.collate``) and the CPU block-sparse SDPA path
+Not here: the dense boolean mask (``swarm.merge.tensors``) and the CPU block-sparse SDPA path
 (``swarm.train.tree_attention``). Flex attention has no backward pass on CPU in torch 2.13
 (``NotImplementedError`` from ``flex_attention``), so training with it needs a CUDA device;
 a CPU forward without gradients works.

@@ -33,7 +33,7 @@ import torch
 from torch.nn.attention.flex_attention import BlockMask
 from torch.utils.checkpoint import checkpoint
 
-from swarm.merge.collate import Collated, tree_attention_mask
+from swarm.merge.tensors import Collated, tree_attention_mask
 from swarm.train.flex_mask import FLEX_IMPL, check_flex_device, tree_block_mask
 from swarm.train.tree_attention import IMPL, block_plan, tree_attention
 

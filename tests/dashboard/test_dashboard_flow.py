@@ -24,7 +24,8 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, chromium: Any, prefect_harness: None) -> Iterator[dict[str, Any]]:
     """Three updates of the default echo task, then a gateway (same tiny model) over the run's pool."""
-    from flows.components import lora_spec, make_backend
+    from flows.components import make_backend
+    from flows.config import lora_spec
     from flows.train import train_flow
 
     d = tmp_path_factory.mktemp("flowrun")
