@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.mark.slow  # ~10 min on 2 cores once the reading model is cached (its one-time build adds 94-300 s)
+@pytest.mark.slow  # 5-10 min on 2 cores once the reading model is cached (its one-time build adds 94-300 s)
 @pytest.mark.timeout(2400)
 def test_the_village_learns_to_win(tmp_path, load_bench):
     r = load_bench("werewolves_bench").run(minutes=None, updates=None, eval_games=128, workers=8, overrides=["seed=0"],
