@@ -36,6 +36,7 @@ TEMPLATES_DIR = Path(__file__).parent / "templates"
 # tool-call markers are ordinary added tokens (kept in decoded text, as Qwen2.5 does).
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>")
 _CORPUS_VERSION = 1  # bump when the corpus or tokenizer recipe changes (part of the cache key)
+STALE_BUILD_S = 6 * 3600  # a build takes minutes; a .build-* folder this old was left by a killed process
 
 Warmup = Callable[[Any, Any], None]  # (model, tokenizer) -> None, trains the model in place
 
@@ -53,6 +54,18 @@ class TinySpec:
     max_position_embeddings: int = 2048
     initializer_range: float = 0.08  # 0.02 learns ~5x slower at this width (ENVIRONMENT.md)
     rope_theta: float = 10000.0
+
+
+def _sweep_stale_builds(cache: Path) -> None:
+    """Remove ``.build-*`` folders older than :data:`STALE_BUILD_S`: a build killed hard (SIGKILL, a
+    second Ctrl-C) cannot clean up after itself; a build in progress is younger and stays."""
+    cutoff = time.time() - STALE_BUILD_S
+    for p in cache.glob(".build-*"):
+        try:
+            if p.stat().st_mtime < cutoff:
+                shutil.rmtree(p, ignore_errors=True)
+        except FileNotFoundError:  # another process swept it first
+            continue
 
 
 def default_cache_dir() -> Path:
@@ -94,6 +107,7 @@ def ensure_tiny_model(
     if (final / "config.json").exists():
         return final
     cache.mkdir(parents=True, exist_ok=True)
+    _sweep_stale_builds(cache)
     if warmup is not None:  # minutes for some warm-ups: say what the wait is for
         log.warning("building the tiny model with warm-up %s (once; cached as %s)", warmup_key, final)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=cache))
@@ -136,6 +150,7 @@ def ensure_family_model(family: str, seed: int = 0, cache_dir: Path | str | None
     final = src.with_name(f"{src.name}-{fam.name}-{_CORPUS_VERSION}")
     if (final / "config.json").exists():
         return final
+    _sweep_stale_builds(src.parent)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=src.parent))
     try:
         tok = AutoTokenizer.from_pretrained(src)

@@ -51,6 +51,23 @@ def test_same_seed_same_checkpoint_and_cache_reuse(tmp_path):
     assert (c / "model.safetensors").read_bytes() != (a / "model.safetensors").read_bytes()
 
 
+def test_a_build_sweeps_folders_left_by_killed_builds(tmp_path):
+    """A killed build leaves its .build-* folder; the next build removes it unless it may still be running."""
+    import os
+    import time
+
+    from swarm.policy.tiny import STALE_BUILD_S
+
+    old, fresh = tmp_path / ".build-killed", tmp_path / ".build-running"
+    for p in (old, fresh):
+        p.mkdir(parents=True)
+        (p / "config.json").write_text("{}")
+    past = time.time() - STALE_BUILD_S - 60
+    os.utime(old, (past, past))
+    path = ensure_tiny_model(cache_dir=tmp_path, seed=5)
+    assert not old.exists() and fresh.exists() and (path / "config.json").exists()
+
+
 def test_size_and_warmup_hook(tmp_path):
     calls = []
 
