@@ -1,10 +1,10 @@
 """The typed run config of ``flows.train``: the composed Hydra tree, validated once in ``main()``.
 
-Light on purpose (pydantic and the standard library only): a bad value fails here with one line
-naming the key, in well under a second, before Prefect, MLflow or torch are imported. The
-open groups whose keys depend on the chosen option (``model``, ``algo``, ``runner``, ``gateway``,
-``pool``) stay dicts here and are checked by :mod:`flows.components` when they are built; ``algo``
-becomes its torch-free ``TrainConfig`` here (:func:`make_train_config`).
+Light on purpose (pydantic, the standard library and torch-free swarm modules only): a bad value
+fails here with one line naming the key, in well under a second, before Prefect, MLflow or torch
+are imported. The open groups whose keys depend on the chosen option (``model``, ``algo``,
+``runner``, ``gateway``, ``pool``) stay dicts here and are checked by :mod:`flows.components` when
+they are built; ``algo`` becomes its torch-free ``TrainConfig`` here (:func:`make_train_config`).
 """
 
 from __future__ import annotations
@@ -259,4 +259,7 @@ def make_train_config(algo: dict[str, Any], temperature: float, pad_id: int) -> 
     try:
         return TrainConfig(**kw, lora=lora_spec(algo), temperature=temperature, pad_id=pad_id)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"algo: {exc}") from exc
+        msg = str(exc)  # TrainConfig names its fields train.<name>: say the key the user sets
+        if msg.startswith("train.temperature"):
+            raise ConfigError("task." + msg.removeprefix("train.")) from exc
+        raise ConfigError("algo." + msg.removeprefix("train.") if msg.startswith("train.") else f"algo: {msg}") from exc

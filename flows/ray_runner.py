@@ -18,7 +18,8 @@ from prefect_ray import RayTaskRunner
 
 __all__ = ["DrainingRayTaskRunner", "DRAIN_TIMEOUT_S"]
 
-DRAIN_TIMEOUT_S = 30.0  # at most this long per service; an unreachable API must not hold the worker forever
+# per service, at most: an unreachable API must not hold the worker, and the flow waits 30 s in all for its tasks
+DRAIN_TIMEOUT_S = 5.0
 
 
 class DrainingRayTaskRunner(RayTaskRunner):
@@ -28,6 +29,6 @@ class DrainingRayTaskRunner(RayTaskRunner):
     def _run_prefect_task(*upstream_ray_obj_refs: Any, **kwargs: Any) -> Any:
         try:
             return RayTaskRunner._run_prefect_task(*upstream_ray_obj_refs, **kwargs)
-        finally:
+        finally:  # (Prefect 3.9's services share one registry, so the first call may already drain both)
             EventsWorker.drain_all(timeout=DRAIN_TIMEOUT_S)
             APILogWorker.drain_all(timeout=DRAIN_TIMEOUT_S)

@@ -45,8 +45,9 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     (["+task=werewolves", "+task.options.colour=red"], "unknown option(s) ['colour']"),
     (["+task=cocktail", "+task.options.mix={nosuch:1}"], "task.options: task 'nosuch': no module"),
     (["task.name=no_such_task"], "task.name='no_such_task': task 'no_such_task': no module"),
-    (["+task=werewolves", "algo.lr=-1"], "algo: train.lr: must be > 0"),
-    (["algo.merge=zip"], "algo: train.merge: must be one of"),
+    (["+task=werewolves", "algo.lr=-1"], "algo.lr: must be > 0"),
+    (["algo.merge=zip"], "algo.merge: must be one of"),
+    (["algo.lora.rank=0"], "algo: lora.rank must be >= 1"),
 ])
 def test_bad_values_fail_fast_with_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
     proc = _cli(tmp_path, *args)

@@ -49,6 +49,23 @@ def _ray_connections() -> list[tuple[str, str]]:
     return out
 
 
+def test_ray_function_sends_prefect_events_before_it_returns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The drain hooks a private prefect-ray method: fail here, not in a flaky end-to-end run, if it moves."""
+    import inspect
+
+    from prefect.events.worker import EventsWorker
+    from prefect_ray import RayTaskRunner
+
+    from flows.ray_runner import DrainingRayTaskRunner
+
+    assert "self._run_prefect_task" in inspect.getsource(RayTaskRunner.submit)  # what Ray runs
+    calls: list[str] = []
+    monkeypatch.setattr(RayTaskRunner, "_run_prefect_task", staticmethod(lambda *a, **kw: calls.append("task") or "state"))
+    monkeypatch.setattr(EventsWorker, "drain_all", classmethod(lambda cls, timeout=None: calls.append(f"drain {timeout}")))
+    assert DrainingRayTaskRunner._run_prefect_task(task=None) == "state"
+    assert calls[:2] == ["task", "drain 5.0"]
+
+
 def test_local_ray_kwargs_stay_on_loopback() -> None:
     address, kw = ray_init_kwargs({"address": None, "num_cpus": 2}, {"PREFECT_API_URL": "http://127.0.0.1:1/api"})
     assert address is None and kw["_node_ip_address"] == "127.0.0.1" and kw["include_dashboard"] is False
