@@ -30,6 +30,7 @@ The last line is ``werewolves: eval win rate <A>% -> <B>% (<n> games each, 95% C
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -214,9 +215,11 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
     updates = int(cfg["train"]["updates"]) if updates is None else updates
     if cfg["model"].get("backend") == "hf":  # the tiny model is built once with its warm-up, then cached
         t_model = time.time()
-        model_path(cfg["model"])
+        path = Path(model_path(cfg["model"]))
+        digest = hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()[:16]
         log(f"model ready in {time.time() - t_model:.0f}s "
-            f"({cfg['model'].get('path') or 'tiny, warm-up ' + str(cfg['model'].get('warmup'))})")
+            f"({cfg['model'].get('path') or 'tiny, warm-up ' + str(cfg['model'].get('warmup'))}; "
+            f"model.safetensors sha256 {digest}, the same on every machine for a shipped checkpoint)")
     base = baselines(task, eval_games)
     log(f"baselines on the {eval_games} eval seeds (no model): random-legal {100 * base['random_legal']:.1f}%, "
         f"all voting the lowest number {100 * base['agree_lowest']:.1f}%, heuristic {100 * base['heuristic']:.1f}%")

@@ -20,9 +20,6 @@ __all__ = ["ConfigError", "model_path", "make_pool", "make_backend", "make_gatew
            "gateway_settings", "trainer_model_path", "tiny_spec"]
 
 REPO = Path(__file__).resolve().parents[1]
-# model.warmup of the tiny model -> the warm-up function (module:name)
-WARMUPS = {"word_chain": "swarm.policy.warmup:word_chain_warmup",
-           "reading": "swarm.policy.copy_warmup:reading_warmup"}
 
 
 def _get(cfg: dict[str, Any], key: str, where: str) -> Any:
@@ -42,13 +39,11 @@ def model_path(model: dict[str, Any]) -> str:
     warmup = model.get("warmup")
     if warmup in (None, "none"):
         return str(ensure_tiny_model(seed=int(model.get("seed", 0)), spec=spec))
+    from swarm.policy.warmup import WARMUPS, get_warmup
+
     if warmup not in WARMUPS:
         raise ConfigError(f"model.warmup={warmup!r} is unknown; use {', '.join(WARMUPS)} or none")
-    import importlib
-
-    module, name = WARMUPS[warmup].split(":")
-    return str(ensure_tiny_model(seed=int(model.get("seed", 0)), spec=spec,
-                                 warmup=getattr(importlib.import_module(module), name)))
+    return str(ensure_tiny_model(seed=int(model.get("seed", 0)), spec=spec, warmup=get_warmup(warmup)))
 
 
 def tiny_spec(model: dict[str, Any]) -> Any:

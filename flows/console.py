@@ -22,13 +22,31 @@ def say(text: str) -> None:
     console.print(text, highlight=False)
 
 
-def where(*, gateway: str, run_dir: Path, mlflow_uri: str, experiment: str, run_name: str, run_id: str) -> None:
-    """Where things are, printed once at start: the gateway and its dashboard, the run folder, MLflow."""
+def where(*, gateway: str, run_dir: Path, mlflow_uri: str, experiment: str, run_name: str, run_id: str,
+          model: str | None = None) -> None:
+    """Where things are, printed once at start: the model's weights (and their sha256, to compare machines),
+    the gateway and its dashboard, the run folder, MLflow."""
+    if model is not None:
+        say(f"model      {model}{_weights_digest(Path(model))}")
     say(f"gateway    {gateway}/v1")
     say(f"dashboard  {gateway}/dashboard")
     say(f"run folder {run_dir}")
     say(f"mlflow     {mlflow_uri} (experiment {experiment!r})")
     say(f"mlflow run {run_name!r} ({run_id})")
+
+
+def _weights_digest(folder: Path) -> str:
+    """`` (model.safetensors sha256 abcd...)`` for a local checkpoint folder, else empty (a hub id)."""
+    import hashlib
+
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        return ""
+    h = hashlib.sha256()
+    with weights.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return f" (model.safetensors sha256 {h.hexdigest()[:16]})"
 
 
 class TrainProgress:

@@ -173,7 +173,8 @@ def train_flow(cfg: RunConfig | dict[str, Any]) -> dict[str, Any]:
     with tracking.open_run(cfg, continue_run_id=previous) as run:
         (out / "mlflow_run.json").write_text(json.dumps({"run_id": run.info.run_id}))
         console.where(gateway=stack.url, run_dir=out, mlflow_uri=tracking.tracking_uri(cfg.mlflow.tracking_uri),
-                      experiment=cfg.mlflow.experiment, run_name=run.info.run_name, run_id=run.info.run_id)
+                      experiment=cfg.mlflow.experiment, run_name=run.info.run_name, run_id=run.info.run_id,
+                      model=path)
         if done:
             console.say(f"resuming from update {done} (policy version {max(t.version for t in trainers.values())}); "
                         f"train.updates={total} is the total")

@@ -11,7 +11,8 @@ responses with :attr:`SwarmError.status_code`; nothing here knows about HTTP its
     │   └── LeaseError         a lease is unknown, expired or already acknowledged
     ├── AuthError              a missing, forged or foreign credential
     └── BackendError           an inference backend failed or refused a request
-        └── ContextLengthError the prompt plus max_tokens exceed the model's context
+        ├── ContextLengthError the prompt plus max_tokens exceed the model's context
+        └── ChecksumError      a model file does not match the checksum recorded for it
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "AuthError",
     "BackendError",
     "ContextLengthError",
+    "ChecksumError",
 ]
 
 
@@ -94,3 +96,10 @@ class ContextLengthError(BackendError):
 
     status_code = 400
     error_type = "invalid_request_error"
+
+
+class ChecksumError(BackendError):
+    """A model file does not match the checksum recorded for it (a corrupt copy or a stale build)."""
+
+    status_code = 500
+    error_type = "checksum_error"

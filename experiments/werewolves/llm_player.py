@@ -23,6 +23,7 @@ model's context) the seat plays the rest of the game by the rules, without penal
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Collection
 from typing import Any
@@ -88,14 +89,20 @@ def render_decision(d: Decision, constrained: bool = True) -> str:
     return "\n".join(lines)
 
 
-def openai_chat(client: Any, model: str, temperature: float, max_tokens: int) -> Chat:
+def openai_chat(client: Any, model: str, temperature: float, max_tokens: int, seed: str | None = None) -> Chat:
     """A ``(messages, response_format) -> (reply text, step id)`` function over an ``openai.OpenAI`` client.
 
     The step id is the gateway's record of the call (``swarm.step_id`` in the response; None elsewhere).
+    With ``seed`` the k-th call asks for sampling seed ``sha256(f"{seed}:{k}")`` (OpenAI's ``seed``), so the
+    same weights sample the same replies whatever else the backend is serving at the time.
     """
+    calls = [0]
 
     def chat(messages: list[dict[str, Any]], response_format: dict[str, Any] | None) -> tuple[str, str | None]:
-        extra = {"response_format": response_format} if response_format is not None else {}
+        extra: dict[str, Any] = {"response_format": response_format} if response_format is not None else {}
+        if seed is not None:
+            extra["seed"] = int.from_bytes(hashlib.sha256(f"{seed}:{calls[0]}".encode()).digest()[:7], "big")
+            calls[0] += 1
         resp = client.chat.completions.create(model=model, messages=messages, temperature=temperature,
                                               max_tokens=max_tokens, **extra)
         swarm = (resp.model_extra or {}).get("swarm") or {}

@@ -101,7 +101,10 @@ def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: An
                    ) -> dict[str, float]:
     """Play one game; returns the trainable side's reward parts and game statistics.
 
-    ``kind`` is the episode type of the trainable seats ("train" or "eval"). The returned dict:
+    ``kind`` is the episode type of the trainable seats ("train" or "eval"). An eval game with
+    ``cfg.group_size == 1`` (the bench's held-out games) replays exactly: every LLM call asks for a
+    sampling seed derived from (game seed, player, call index) and the rule fallbacks are seeded, so the
+    same weights play the same game on any run and machine. The returned dict:
     ``reward``, ``win``, ``format_penalty``, ``vote_bonus``, ``rounds`` (means over the trainable
     LLM seats, see :func:`side_reward`), ``format_error_rate`` (invalid answers per LLM decision of
     the trainable side) and ``llm_calls`` (per trainable seat).
@@ -114,6 +117,9 @@ def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: An
     episodes: dict[int, Any] = {}
     agents: list[Any] = []
     game_id = secrets.token_hex(8)  # the seats of one game (several games of a group share the group id)
+    # an eval game that is its seed's only game replays exactly: seeded sampling per call and seeded rule
+    # fallbacks, so the same weights give the same game on every run (before/after pairs share their randomness)
+    replay = kind == "eval" and int(getattr(cfg, "group_size", 0)) == 1
     try:
         for i, role in enumerate(roles):
             policy, ep_type = opts.seat_policy(role, cfg.model)
@@ -125,7 +131,8 @@ def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: An
                               timeout_s=cfg.episode_timeout_s,
                               metadata={"role": role, "player": i, "seed": seed, "policy": policy, "game": game_id})
             episodes[i] = ep
-            chat = openai_chat(ep.openai(max_retries=0), policy, temperature, max_tokens)
+            chat = openai_chat(ep.openai(max_retries=0), policy, temperature, max_tokens,
+                               seed=f"eval-{seed}-{i}" if replay else None)
             agents.append(LLMPlayer(i, role, wolves, seed, chat, observation=opts.observation,
                                     constrained=opts.constrained, llm_kinds=opts.llm_decisions))
         last_beat = [time.monotonic()]
@@ -137,7 +144,8 @@ def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: An
                 last_beat[0] = time.monotonic()
 
         # fallbacks draw from fresh randomness: two games of one seed (a training group) must not share them
-        game = Game(roles, seed, opts.max_rounds, opts.day_discussion, fallback_rng=random.Random(secrets.randbits(64)))
+        fallback = None if replay else random.Random(secrets.randbits(64))
+        game = Game(roles, seed, opts.max_rounds, opts.day_discussion, fallback_rng=fallback)
         result = game.play(agents, heartbeat)
     except BaseException:
         for ep in episodes.values():

@@ -32,9 +32,10 @@ to read. Deterministic for a given model, tokenizer and seed.
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
-__all__ = ["LABELS", "copy_chats", "label_copy_warmup", "reading_warmup"]
+__all__ = ["LABELS", "copy_chats", "label_copy_warmup", "reading_warmup", "copy_accuracy"]
 
 # one token each at a line start in the tiny tokenizer (so the asked label and its line hold the same
 # token); none is a werewolves word (tests/policy/test_copy_warmup.py)
@@ -67,15 +68,17 @@ def copy_chats(n: int, seed: int = 0) -> list[tuple[str, str, str]]:
     return out
 
 
-def label_copy_warmup(model: Any, tokenizer: Any, steps: int = 800, batch_size: int = 32, lr: float = 2e-3,
+def label_copy_warmup(model: Any, tokenizer: Any, steps: int = 1200, batch_size: int = 32, lr: float = 3e-3,
                       seed: int = 0) -> list[float]:
     """Train ``model`` in place on label-copy chats (loss on the reply and its end token only); the loss curve.
 
     The loss sits on a plateau (~0.39, guessing a number of the prompt) until copying forms, then
-    drops to ~0.12. At lr 2e-3 that happened by step 400-550 for each of three data seeds, with
-    held-out accuracy 0.63-0.66; at lr 5e-3 it came late or never (0.31 after 600 decayed steps, 0.09
-    after 2000 constant ones), and where it came depended on float rounding: the same build gave
-    0.48 on one machine and 0.31 on another. Hence the lower rate and the margin in ``steps``.
+    falls slowly. From the integer-exact initialisation (``swarm.policy.tiny.exact_normal_``), after the
+    word-chain warm-up, held-out copy accuracy (:func:`copy_accuracy`, chance 0.27) was 0.51 after 800
+    steps at lr 2e-3 (the v2 recipe), 0.54 after 1200 at 2e-3, 0.65 after 2000 at 2e-3 and 0.64 after
+    1200 at 3e-3 (this default, v3). Under v2 the result hung on float rounding (the same code gave 0.65
+    on one machine and 0.42 on another), which is why the built model now ships
+    (``swarm/policy/shipped.py``) instead of being built on each machine.
     """
     import torch
 
@@ -97,4 +100,23 @@ def reading_warmup(model: Any, tokenizer: Any) -> None:
 
 
 # the tiny model's cache key: bump the version whenever LABELS, copy_chats or the defaults above change
-reading_warmup.cache_key = "swarm.policy.copy_warmup.reading_warmup:v2"  # type: ignore[attr-defined]
+reading_warmup.cache_key = "swarm.policy.copy_warmup.reading_warmup:v3"  # type: ignore[attr-defined]
+
+
+def copy_accuracy(model: Any, tokenizer: Any, n: int = 300, seed: int = 999) -> tuple[float, float]:
+    """(greedy accuracy, chance) on ``n`` held-out label-copy chats: how often the digit after ``{"target":``
+    is the asked label's number, and how often a random number of the prompt would be."""
+    import torch
+
+    hits, chance, test = 0, 0.0, copy_chats(n, seed=seed)
+    with torch.no_grad():
+        for system, user, reply in test:
+            chat = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+            prompt = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+            ids = tokenizer.encode(prompt, add_special_tokens=False) + tokenizer.encode('{"target":', add_special_tokens=False)
+            logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
+            answer = reply.removeprefix('{"target":').removesuffix("}")
+            hits += tokenizer.decode([int(logits.argmax())]) == answer
+            numbers = re.findall(r"(?<=[:,])\d", user)
+            chance += numbers.count(answer) / len(numbers)
+    return hits / n, chance / n

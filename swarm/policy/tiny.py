@@ -7,6 +7,12 @@ JSON punctuation, tool-call syntax). The tokenizer carries ChatML special tokens
 template with tools (``templates/tiny_chatml.jinja``). The result is a normal Hugging Face
 checkpoint folder, cached under ``<cache_dir>/<name>-<config hash>`` and reused when present.
 
+The same bytes on every machine: the initial weights come from integer random streams
+(:func:`exact_normal_`), not from torch's float RNG kernels (whose rounding differs between CPU
+instruction sets), so a model without warm-up is bit-identical everywhere. A warm-up trains with
+floats and is not; the warm-ups the tests and CPU defaults use therefore ship as checkpoints
+(``swarm/policy/shipped.py``), installed into the cache and checked by sha256 instead of built.
+
 Only the model weights depend on ``seed``; the tokenizer is the same for every seed, so models
 built with different seeds can play against each other. It does not download anything, and it
 does not train the model: a random model produces gibberish. A supervised warm-up (e.g. for the
@@ -18,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 import shutil
@@ -28,7 +35,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TinySpec", "ensure_tiny_model", "ensure_family_model", "default_cache_dir", "TEMPLATES_DIR", "load_template", "SPECIAL_TOKENS"]
+__all__ = ["TinySpec", "ensure_tiny_model", "ensure_family_model", "default_cache_dir", "TEMPLATES_DIR", "load_template",
+           "SPECIAL_TOKENS", "exact_normal_", "tiny_key"]
 
 log = logging.getLogger(__name__)
 TEMPLATES_DIR = Path(__file__).parent / "templates"
@@ -36,6 +44,7 @@ TEMPLATES_DIR = Path(__file__).parent / "templates"
 # tool-call markers are ordinary added tokens (kept in decoded text, as Qwen2.5 does).
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>")
 _CORPUS_VERSION = 1  # bump when the corpus or tokenizer recipe changes (part of the cache key)
+_INIT = "exact-v1"  # how the initial weights are drawn (exact_normal_); part of the cache key
 STALE_BUILD_S = 6 * 3600  # a build takes minutes; a .build-* folder this old was left by a killed process
 
 Warmup = Callable[[Any, Any], None]  # (model, tokenizer) -> None, trains the model in place
@@ -89,22 +98,30 @@ def ensure_tiny_model(
     spec: TinySpec | None = None,
     warmup: Warmup | None = None,
     warmup_key: str | None = None,
+    rebuild: bool = False,
 ) -> Path:
-    """Path of the tiny checkpoint for ``seed``, building and caching it if absent.
+    """Path of the tiny checkpoint for ``seed``: the shipped one when it ships, else built and cached if absent.
 
     ``warmup(model, tokenizer)`` may train the freshly initialised model before it is saved;
     ``warmup_key`` (default: the function's ``cache_key`` attribute, else its qualified name) goes
-    into the cache key, so change it whenever the warm-up changes. The folder is written to a temporary directory and renamed into
-    place, so a concurrent or interrupted build never leaves a half-written checkpoint.
+    into the cache key, so change it whenever the warm-up changes. A checkpoint that ships
+    (``swarm/policy/shipped.py``) is copied into the cache and checked by sha256, never built, unless
+    ``rebuild`` (how the shipped ones are made, and checked against a fresh build). The folder is
+    written to a temporary directory and renamed into place, so a concurrent or interrupted build
+    never leaves a half-written checkpoint.
     """
+    from swarm.policy import shipped
+
     spec = spec or TinySpec()
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     if warmup is not None and warmup_key is None:
         warmup_key = getattr(warmup, "cache_key", None) or f"{warmup.__module__}.{warmup.__qualname__}"
-    key = {"spec": asdict(spec), "seed": seed, "corpus": _CORPUS_VERSION, "warmup": warmup_key}
+    key = tiny_key(spec, seed, warmup_key)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     final = cache / f"tiny-llama-s{seed}-{digest}"
-    if (final / "config.json").exists():
+    if not rebuild and shipped.shipped_entry(final.name) is not None:
+        return shipped.install(final.name, cache)
+    if (final / "config.json").exists() and not rebuild:
         return final
     cache.mkdir(parents=True, exist_ok=True)
     _sweep_stale_builds(cache)
@@ -122,6 +139,8 @@ def ensure_tiny_model(
         (tmp / "swarm_tiny.json").write_text(
             json.dumps({**key, "build_s": round(time.perf_counter() - t0, 2)}, indent=1, sort_keys=True)
         )
+        if rebuild and final.exists():
+            shutil.rmtree(final)
         try:
             os.rename(tmp, final)
         except OSError:  # another process finished first: keep theirs
@@ -130,6 +149,31 @@ def ensure_tiny_model(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def tiny_key(spec: TinySpec, seed: int, warmup_key: str | None) -> dict[str, Any]:
+    """What a tiny checkpoint is a function of: its cache key (hashed into the folder name)."""
+    return {"spec": asdict(spec), "seed": seed, "corpus": _CORPUS_VERSION, "init": _INIT, "warmup": warmup_key}
+
+
+def exact_normal_(t: Any, key: str, std: float) -> None:
+    """Fill ``t`` in place with bell-shaped noise of standard deviation ``std``, the same bits on every machine.
+
+    Each value is the centred sum of four uniform 20-bit integers from Python's Mersenne Twister seeded
+    with ``key`` (an Irwin-Hall(4) draw: near-normal, bounded at 3.46 std), exact in float32, times one
+    float32 scale: integer steps and one correctly rounded multiply, so no CPU's vector kernels or
+    transcendental approximations enter (torch's ``normal_`` gives other bits under ``ATEN_CPU_CAPABILITY=default``).
+    """
+    import numpy as np
+    import torch
+
+    n = t.numel()
+    raw = np.frombuffer(random.Random(key).randbytes(16 * n), dtype="<u4").reshape(4, n) >> np.uint32(12)
+    ints = 2 * raw.astype(np.int64).sum(axis=0) - 4 * (2**20 - 1)  # odd integers in (-2^22, 2^22), mean 0
+    # each 20-bit uniform has variance (2^40 - 1) / 12, so 2 * (sum of four) has std ~ 2^21 / sqrt(3)
+    vals = ints.astype(np.float32) * np.float32(std * math.sqrt(3) / 2**21)
+    with torch.no_grad():
+        t.copy_(torch.from_numpy(vals).view(t.shape))
 
 
 def ensure_family_model(family: str, seed: int = 0, cache_dir: Path | str | None = None) -> Path:
@@ -159,9 +203,10 @@ def ensure_family_model(family: str, seed: int = 0, cache_dir: Path | str | None
         tok.eos_token = fam.end_of_turn
         tok.chat_template = fam.text()
         model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model.resize_token_embeddings(len(tok), mean_resizing=False)
+        old = model.get_input_embeddings().weight.shape[0]
+        model.resize_token_embeddings(len(tok), mean_resizing=False)
+        rows = model.get_input_embeddings().weight[old:]  # tied: the output rows too
+        exact_normal_(rows, f"family:{fam.name}:{seed}", model.config.initializer_range)
         eos = tok.convert_tokens_to_ids(fam.end_of_turn)
         model.config.eos_token_id = eos
         model.generation_config.eos_token_id = [eos, tok.pad_token_id]
@@ -228,8 +273,12 @@ def build_model(spec: TinySpec, tokenizer, seed: int):
         eos_token_id=eos,
         pad_token_id=pad,
     )
-    torch.manual_seed(seed)
     model = LlamaForCausalLM(config).float().eval()
+    for name, p in model.named_parameters():  # tied embeddings are listed once
+        if p.dim() == 2:  # linear and embedding weights; the norms' ones stay
+            exact_normal_(p, f"tiny:{seed}:{name}", spec.initializer_range)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[pad].zero_()  # as transformers' init does for the padding row
     model.generation_config = GenerationConfig(eos_token_id=[eos, pad], pad_token_id=pad, bos_token_id=None)
     return model
 

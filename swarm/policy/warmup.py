@@ -18,7 +18,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-__all__ = ["NOUNS", "VERBS", "warmup_chats", "word_chain_warmup", "chat_rows", "fit_replies"]
+__all__ = ["NOUNS", "VERBS", "WARMUPS", "get_warmup", "warmup_chats", "word_chain_warmup", "chat_rows", "fit_replies",
+           "reply_loss"]
 
 NOUNS = (
     "apple", "river", "stone", "cloud", "tiger", "piano", "lemon", "candle", "garden", "rocket",
@@ -29,6 +30,19 @@ NOUNS = (
     "zebra", "arrow", "wolf", "field", "desk", "kettle", "hat", "mouse",
 )
 VERBS = ("say", "repeat", "echo", "tell", "give", "name")
+# the tiny model's warm-ups by their config name (model.warmup), as module:function
+WARMUPS = {"word_chain": "swarm.policy.warmup:word_chain_warmup",
+           "reading": "swarm.policy.copy_warmup:reading_warmup"}
+
+
+def get_warmup(name: str) -> Any:
+    """The warm-up function called ``name`` in :data:`WARMUPS` (KeyError naming the known ones)."""
+    import importlib
+
+    if name not in WARMUPS:
+        raise KeyError(f"unknown warm-up {name!r}; known: {', '.join(WARMUPS)}")
+    module, attr = WARMUPS[name].split(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def _reply(last: str, rng: random.Random, repeat_p: float) -> str:
@@ -96,16 +110,7 @@ def fit_replies(model: Any, rows: list[tuple[list[int], list[int]]], batch_size:
         opt, lambda s: min(1.0, (s + 1) / warmup_steps) * max(0.1, 1 - s / steps) if warmup_steps else 1.0)
     losses = []
     for s in tqdm(range(steps), desc=desc, disable=None, leave=False):
-        batch = rows[s * batch_size:(s + 1) * batch_size]
-        width = max(len(p) + len(r) for p, r in batch)
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        labels = torch.full((len(batch), width), -100, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, (p, r) in enumerate(batch):  # right padding: positions stay 0..n-1
-            seq = p + r
-            ids[i, :len(seq)] = torch.tensor(seq)
-            labels[i, len(p):len(seq)] = torch.tensor(r)
-            mask[i, :len(seq)] = 1
+        ids, labels, mask = _pad_batch(rows[s * batch_size:(s + 1) * batch_size], pad)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         opt.zero_grad()
         loss.backward()
@@ -114,3 +119,34 @@ def fit_replies(model: Any, rows: list[tuple[list[int], list[int]]], batch_size:
         losses.append(loss.item())
     model.eval()
     return losses
+
+
+def reply_loss(model: Any, rows: list[tuple[list[int], list[int]]], pad: int, batch_size: int = 64) -> float:
+    """Mean cross-entropy per reply token of ``(prompt ids, reply ids)`` rows: a warm-up's held-out quality."""
+    import torch
+
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for s in range(0, len(rows), batch_size):
+            ids, labels, mask = _pad_batch(rows[s:s + batch_size], pad)
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+            target = labels[:, 1:]
+            nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                                                    ignore_index=-100, reduction="sum")
+            total, count = total + float(nll), count + int((target != -100).sum())
+    return total / count
+
+
+def _pad_batch(batch: list[tuple[list[int], list[int]]], pad: int) -> tuple[Any, Any, Any]:
+    """(ids, labels, attention mask) of right-padded rows (positions stay 0..n-1); labels only on the replies."""
+    import torch
+
+    width = max(len(p) + len(r) for p, r in batch)
+    ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, (p, r) in enumerate(batch):
+        ids[i, :len(p) + len(r)] = torch.tensor(p + r)
+        labels[i, len(p):len(p) + len(r)] = torch.tensor(r)
+        mask[i, :len(p) + len(r)] = 1
+    return ids, labels, mask
