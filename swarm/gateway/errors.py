@@ -50,8 +50,15 @@ class ApiError(Exception):
         self.type = type or _TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
 
 
+def _printable(text: str | None) -> str | None:
+    """``text`` with anything UTF-8 cannot encode (a lone surrogate quoted from the input) escaped."""
+    if text is None or text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:  # noqa: A002
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+    return {"error": {"message": _printable(message), "type": type, "param": _printable(param), "code": code}}
 
 
 def error_response(err: ApiError) -> JSONResponse:

@@ -16,11 +16,12 @@ from typing import Any
 
 import pydantic
 from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
 
 from swarm.gateway.auth import Caller
 from swarm.gateway.deps import State, admin_caller, reader_caller
 from swarm.gateway.errors import ApiError, describe_validation
-from swarm.gateway.limits import check_json
+from swarm.gateway.limits import check_json, repair_unicode
 from swarm.gateway.routes_episodes import episode_json
 from swarm.gateway.schemas import AckRequest, LabelIn, LeaseRequest
 from swarm.gateway.state import GatewayState
@@ -28,7 +29,7 @@ from swarm.pool.filter import StepFilter
 from swarm.pool.schema import INT32_MAX
 from swarm.records import Step
 
-__all__ = ["router", "step_json", "parse_filter"]
+__all__ = ["router", "step_json", "parse_filter", "readable_response"]
 
 router = APIRouter(tags=["pool"])
 
@@ -43,6 +44,33 @@ def step_json(step: Step, with_tokens: bool) -> dict[str, Any]:
         for k in _TOKEN_FIELDS:
             d[k] = None
     return d
+
+
+def readable_response(payload: dict[str, Any], rows: str | None = None, id_key: str = "step_id") -> JSONResponse:
+    """``payload`` as JSON, even if a stored row holds text UTF-8 cannot encode (defence in depth).
+
+    Serialising costs nothing extra when all is well; otherwise each bad row (of ``payload[rows]``, or
+    the payload itself) is served with its bad text escaped and named under ``unreadable``, and the
+    rest as stored: one bad row never makes a read (or a lease) fail.
+    """
+    try:
+        return JSONResponse(payload)
+    except UnicodeEncodeError:
+        pass
+    notes: list[dict[str, Any]] = []
+    if rows is None:
+        payload, paths = repair_unicode(payload)
+        notes.append({id_key: payload.get(id_key), "fields": paths})
+    else:
+        fixed = []
+        for row in payload[rows]:
+            row, paths = repair_unicode(row)
+            if paths:
+                notes.append({id_key: row.get(id_key), "fields": paths})
+            fixed.append(row)
+        payload = {**repair_unicode({k: v for k, v in payload.items() if k != rows})[0], rows: fixed}
+    payload["unreadable"] = notes
+    return JSONResponse(payload)
 
 
 def _filter_params() -> list[dict[str, Any]]:
@@ -164,18 +192,18 @@ async def list_steps(request: Request, state: GatewayState = Depends(State),
         raise ApiError(400, "order must be 'created', '-created' or 'episode'", param="order", code="invalid_value")
     steps = await state.db(state.pool.query_steps, f, limit=limit, offset=offset, with_tokens=tokens, order=order)
     total = await state.db(state.pool.count_steps, f)
-    return {"object": "list", "data": [step_json(s, tokens) for s in steps], "total": total,
-            "limit": limit, "offset": offset}
+    return readable_response({"object": "list", "data": [step_json(s, tokens) for s in steps], "total": total,
+                              "limit": limit, "offset": offset}, rows="data")
 
 
 @router.get("/v1/pool/steps/{step_id}", openapi_extra={"parameters": _paging_params(True)[2:]})
 async def get_step(step_id: str, request: Request, state: GatewayState = Depends(State),
-                   _: Caller = Depends(reader_caller)) -> dict[str, Any]:
+                   _: Caller = Depends(reader_caller)) -> JSONResponse:
     """One step, with token ids and logprobs unless ``with_tokens=false``."""
     paging, rest = _query(request)
     tokens = _bool(paging, "with_tokens", True)
     step = await state.db(state.pool.get_step, step_id, with_tokens=tokens)
-    return step_json(step, tokens)
+    return readable_response(step_json(step, tokens))
 
 
 @router.get("/v1/pool/episodes", openapi_extra={"parameters": _filter_params() + _paging_params()[:2]})
@@ -186,14 +214,15 @@ async def list_episodes(request: Request, state: GatewayState = Depends(State),
     f = parse_filter(raw)
     limit, offset = _int(paging, "limit", 100, _MAX_LIMIT), _int(paging, "offset", 0)
     eps = await state.db(state.pool.query_episodes, f, limit=limit, offset=offset)
-    return {"object": "list", "data": [episode_json(e) for e in eps], "limit": limit, "offset": offset}
+    return readable_response({"object": "list", "data": [episode_json(e) for e in eps], "limit": limit,
+                              "offset": offset}, rows="data", id_key="episode_id")
 
 
 @router.get("/v1/pool/episodes/{episode_id}")
 async def get_episode(episode_id: str, state: GatewayState = Depends(State),
-                      _: Caller = Depends(reader_caller)) -> dict[str, Any]:
+                      _: Caller = Depends(reader_caller)) -> JSONResponse:
     """One episode."""
-    return episode_json(await state.db(state.pool.get_episode, episode_id))
+    return readable_response(episode_json(await state.db(state.pool.get_episode, episode_id)), id_key="episode_id")
 
 
 @router.post("/v1/pool/leases")
@@ -205,8 +234,13 @@ async def create_lease(body: LeaseRequest, caller: Caller = Depends(admin_caller
     f = _finite(body.filter)
     lease = await state.write(state.pool.lease, f, max_steps=body.max_steps, max_groups=body.max_groups,
                            ttl_s=body.ttl_s)
-    return {"lease_id": lease.lease_id, "expires_at": lease.expires_at, "group_ids": list(lease.group_ids or []),
-            "steps": [step_json(s, True) for s in lease.steps]}
+    try:  # the lease stands only once its answer is built: else its steps would stay held until the TTL
+        return readable_response({"lease_id": lease.lease_id, "expires_at": lease.expires_at,
+                                  "group_ids": list(lease.group_ids or []),
+                                  "steps": [step_json(s, True) for s in lease.steps]}, rows="steps")
+    except Exception:
+        await state.write(state.pool.release, lease.lease_id)
+        raise
 
 
 @router.post("/v1/pool/leases/{lease_id}/ack")

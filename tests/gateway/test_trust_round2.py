@@ -1,0 +1,76 @@
+"""Trust, round 2 (issue 35) on a real gateway over SQLite and PostgreSQL: invalid Unicode is a 400
+naming the field, and reads and leases survive a row that slipped in anyway."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from swarm.gateway.hostile import invalid_unicode_requests
+from swarm.policy.echo import EchoBackend
+from swarm.pool import Pool
+
+ADMIN = {"Authorization": "Bearer adm"}
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.fixture
+def gw(make_gateway: Any, pool_url: str) -> Any:
+    """A gateway with an admin token, on each pool backend."""
+    return make_gateway(EchoBackend(max_context=4096), pool=Pool(pool_url), admin_token="adm")
+
+
+def test_lone_surrogates_are_400_naming_the_field(gw: Any) -> None:
+    ep = gw.episode()
+    key, eid = ep["api_key"], ep["episode_id"]
+    cases = invalid_unicode_requests(key, eid, admin="adm")
+    assert len(cases) >= 9
+    for path, k, body, field in cases:
+        raw = json.dumps(body).encode()  # ensure_ascii: the surrogate travels as the escape \ud800
+        assert b"\\ud800" in raw
+        r = gw.post(path, k, content=raw, headers=dict(JSON))
+        assert r.status_code == 400, (path, field, r.status_code, r.text[:300])
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error" and "unicode" in err["message"].lower(), err
+        assert field in err["message"], (field, err["message"])
+    # nothing was stored, the episode is still open, and every read works
+    assert gw.pool.count_steps() == 0
+    assert gw.pool.get_episode(eid).status.value == "open"
+    for path in ("/v1/pool/episodes", f"/v1/pool/steps?episode_id={eid}", "/v1/pool/steps"):
+        assert gw.http.get(path, headers=ADMIN).status_code == 200, path
+    r = gw.post("/v1/pool/leases", "adm", json={"max_steps": 10})
+    assert r.status_code == 200, r.text
+
+
+def test_a_stored_row_with_invalid_unicode_is_reported_and_the_rest_served(make_gateway: Any, sqlite_url: str) -> None:
+    """Defence in depth (SQLite stores what PostgreSQL refuses): a row written past the gateway with a lone
+    surrogate is served escaped and named under ``unreadable``; a lease covering it answers 200."""
+    from swarm.records import Episode, Step
+
+    pool = Pool(sqlite_url)
+    gw = make_gateway(EchoBackend(max_context=4096), pool=pool, admin_token="adm")
+    bad_ep = pool.add_episode(Episode(task="t", metadata={"m": "x\ud800"}))
+    good_ep = pool.add_episode(Episode(task="t"))
+    pool.add_steps([Step(episode_id=bad_ep.episode_id, prompt_ids=[1], response_ids=[2], response_text="r\ud800",
+                         prompt_messages=[{"role": "user", "content": "\udfff"}]),
+                    Step(episode_id=good_ep.episode_id, prompt_ids=[1], response_ids=[3], response_text="ok")])
+    r = gw.http.get("/v1/pool/steps", headers=ADMIN)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert len(body["data"]) == 2 and body["total"] == 2
+    (note,) = body["unreadable"]
+    assert set(note["fields"]) == {"response_text", "prompt_messages.0.content"}
+    bad = next(s for s in body["data"] if s["step_id"] == note["step_id"])
+    assert bad["response_text"] == "r\\ud800"
+    r = gw.http.get(f"/v1/pool/steps/{note['step_id']}", headers=ADMIN)
+    assert r.status_code == 200 and r.json()["unreadable"][0]["fields"], r.text
+    r = gw.http.get("/v1/pool/episodes", headers=ADMIN)
+    assert r.status_code == 200 and r.json()["unreadable"] == [{"episode_id": bad_ep.episode_id,
+                                                               "fields": ["metadata.m"]}], r.text
+    assert gw.http.get(f"/v1/pool/episodes/{bad_ep.episode_id}", headers=ADMIN).status_code == 200
+    r = gw.post("/v1/pool/leases", "adm", json={"max_steps": 10})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["steps"]) == 2 and len(r.json()["unreadable"]) == 1
+    assert gw.post(f"/v1/pool/leases/{r.json()['lease_id']}/ack", "adm", json={"consumed_version": 1}).json()["acked"] == 2
