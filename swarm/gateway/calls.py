@@ -25,7 +25,7 @@ from swarm.gateway.prefix import PromptPlan, normalize_messages, plan_prompt
 from swarm.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from swarm.gateway.state import GatewayState
 from swarm.gateway.structured import chat_constraint, compile_constraint, completion_constraint, top_logprobs
-from swarm.policy.base import GenerateRequest, Generation, SamplingParams
+from swarm.policy.base import GenerateRequest, Generation, SamplingParams, vocab_size
 from swarm.policy.toolcalls import TOOL_CALL_OPEN, split_tool_calls
 from swarm.records import Episode, Source, Step, new_id
 
@@ -170,6 +170,15 @@ async def prepare_chat(state: GatewayState, caller: Caller, body: ChatCompletion
                     timings={"prepare_s": time.perf_counter() - t0})
 
 
+def _check_prompt_vocab(state: GatewayState, policy: str, ids: list[int]) -> None:
+    """Token-id prompts pass the white-box steps' check: every id within the policy's vocabulary."""
+    vocab = vocab_size(state.backend, policy)
+    if vocab is not None and ids and max(ids) >= vocab:
+        bad = next(t for t in ids if t >= vocab)
+        raise ApiError(400, f"prompt: token id {bad} is outside the vocabulary of policy {policy!r} "
+                       f"(ids must be in [0, {vocab}))", param="prompt", code="invalid_token_id")
+
+
 async def prepare_completion(state: GatewayState, caller: Caller, body: CompletionRequest) -> CallPlan:
     policy = _check_policy(state, body.model)
     context = state.backend.max_context(policy)
@@ -193,6 +202,7 @@ async def prepare_completion(state: GatewayState, caller: Caller, body: Completi
         ids = await state.cpu(state.backend.encode, policy, prompt, chars=len(prompt))
     else:
         ids = list(prompt)
+        _check_prompt_vocab(state, policy, ids)
     if not ids:
         raise ApiError(400, "prompt is empty", param="prompt", code="invalid_value")
     plan = PromptPlan(ids, None, None, "completion prompt")

@@ -121,3 +121,15 @@ def test_forged_control_tokens_in_json_keys_stay_text(make_gateway: Any, family:
         ids = gw.pool.get_step(r.json()["swarm"]["step_id"]).prompt_ids
         counts.append(sum(1 for i in ids if 256 <= i < 256 + len(gw.backend._special_ids)))
     assert counts[0] > 0 and counts[1] == counts[0], (family, counts)
+
+
+def test_completion_token_prompts_are_checked_against_the_vocabulary(gw: Any) -> None:
+    key = gw.episode()["api_key"]
+    vocab = gw.backend.vocab_size("default")
+    for prompt in ([5, 1_000_000, 2**31 - 1], [vocab], [[1, vocab]]):
+        r = gw.post("/v1/completions", key, json={"model": "default", "prompt": prompt, "max_tokens": 1})
+        assert r.status_code == 400, (prompt, r.text)
+        assert r.json()["error"]["code"] == "invalid_token_id" and r.json()["error"]["param"] == "prompt"
+    assert gw.pool.count_steps() == 0
+    r = gw.post("/v1/completions", key, json={"model": "default", "prompt": [1, vocab - 1], "max_tokens": 1})
+    assert r.status_code == 200, r.text
