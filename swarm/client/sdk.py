@@ -49,6 +49,7 @@ class SwarmClient:
         self.retries = retries
         self.backoff_s = backoff_s
         self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
+        self.last_api_key: str | None = None  # of the last episode begun: a credential for /v1/sync
 
     def close(self) -> None:
         self._http.close()
@@ -84,9 +85,14 @@ class SwarmClient:
     def health(self) -> dict[str, Any]:
         return self.request("GET", "/health")
 
-    def agree(self, client_id: str) -> dict[str, Any]:
-        """Ask for an update now (batching strategies C4 / C5); returns active and agreed clients."""
-        return self.request("POST", "/v1/sync/agree", json={"client_id": client_id})
+    def agree(self, client_id: str, key: str | None = None) -> dict[str, Any]:
+        """Ask for an update now (batching strategies C4 / C5); returns active and agreed clients.
+
+        A gateway with tokens needs a credential here: the client token, else ``key`` or the api key
+        of the last episode this client began.
+        """
+        return self.request("POST", "/v1/sync/agree", json={"client_id": client_id},
+                            key=key or (None if self.token else self.last_api_key))
 
     def begin(self, task: str, group_id: str | None = None, type: str = "train", client_id: str | None = None,
               timeout_s: float | None = None, metadata: dict[str, Any] | None = None) -> EpisodeHandle:
@@ -94,6 +100,7 @@ class SwarmClient:
         body = {"task": task, "group_id": group_id, "type": type, "client_id": client_id,
                 "timeout_s": timeout_s, "metadata": metadata or {}}
         data = self.request("POST", "/v1/episodes", json={k: v for k, v in body.items() if v is not None})
+        self.last_api_key = data["api_key"]
         return EpisodeHandle(self, data["episode_id"], data["base_url"], data["api_key"])
 
     def episode(self, task: str, group_id: str | None = None, type: str = "train", client_id: str | None = None,

@@ -1,4 +1,4 @@
-"""FastAPI dependencies: the gateway state and the five kinds of caller a route may require.
+"""FastAPI dependencies: the gateway state and the six kinds of caller a route may require.
 
 The ``HTTPBearer`` scheme is declared only so /openapi.json documents the bearer auth; the checks
 themselves are in :class:`swarm.gateway.state.GatewayState`. They are ``async def`` although they never
@@ -13,7 +13,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from swarm.gateway.auth import Caller
 from swarm.gateway.state import GatewayState, get_state
 
-__all__ = ["State", "episode_caller", "client_caller", "any_caller", "admin_caller", "reader_caller"]
+__all__ = ["State", "episode_caller", "client_caller", "any_caller", "admin_caller", "reader_caller",
+           "sync_caller"]
 
 _bearer = HTTPBearer(auto_error=False, description="an episode api key, the client token or the admin token")
 _Cred = HTTPAuthorizationCredentials | None
@@ -37,6 +38,10 @@ async def any_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
 
 async def admin_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
     return get_state(request).admin_caller(request)
+
+
+async def sync_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
+    return get_state(request).sync_caller(request)
 
 
 def reader_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:

@@ -138,6 +138,20 @@ class GatewayState:
         raise ApiError(401, "this route needs the episode's api key (or a configured client / admin token)",
                        code="missing_api_key" if not token else "invalid_api_key")
 
+    def sync_caller(self, request: Request) -> Caller:
+        """``/v1/sync*``: open only when no token is configured; else an episode key or a client / admin token."""
+        s = self.settings
+        token = bearer_token(request)
+        if s.admin_token is None and s.client_token is None:
+            return Caller(service=True)
+        if token and token.startswith(KEY_PREFIX):
+            return self._episode_key(token)
+        caller = self._service(token)
+        if caller is not None:
+            return caller
+        raise ApiError(401, "this gateway has tokens configured: /v1/sync needs an episode api key or the client / "
+                       "admin token", code="missing_api_key" if not token else "invalid_api_key")
+
     def reader_caller(self, request: Request) -> Caller:
         """Pool reads: the admin token when one is set, else the client token when set; open otherwise."""
         s = self.settings

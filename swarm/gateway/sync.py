@@ -2,7 +2,9 @@
 
 Routes only: the agreements themselves live in the pool (:mod:`swarm.pool.agreements`), so a
 client may agree through any gateway of a shared pool and the trainer sees it. An agreement counts
-until the trainer takes it (an update fired on it).
+until the trainer takes it (an update fired on it). Once any token is configured both routes need a
+credential (an episode api key, the client token or the admin token): else anyone could list the
+clients and trigger a C4 update.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict
 
 from swarm.gateway.auth import Caller
-from swarm.gateway.deps import State, client_caller
+from swarm.gateway.deps import State, sync_caller
 from swarm.gateway.limits import Id
 from swarm.gateway.state import GatewayState
 
@@ -33,7 +35,7 @@ async def _state_json(state: GatewayState) -> dict[str, Any]:
 
 
 @router.post("/v1/sync/agree")
-async def agree(body: AgreeIn, caller: Caller = Depends(client_caller),
+async def agree(body: AgreeIn, caller: Caller = Depends(sync_caller),
                 state: GatewayState = Depends(State)) -> dict[str, Any]:
     """A client asks for an update now (C4: any active client suffices; C5: all must ask)."""
     await state.write(state.pool.agree, body.client_id)
@@ -41,6 +43,6 @@ async def agree(body: AgreeIn, caller: Caller = Depends(client_caller),
 
 
 @router.get("/v1/sync")
-async def sync_state(caller: Caller = Depends(client_caller), state: GatewayState = Depends(State)) -> dict[str, Any]:
+async def sync_state(caller: Caller = Depends(sync_caller), state: GatewayState = Depends(State)) -> dict[str, Any]:
     """Active clients and the agreements not yet taken by an update, as the pool records them."""
     return await _state_json(state)

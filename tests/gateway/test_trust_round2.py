@@ -133,3 +133,28 @@ def test_completion_token_prompts_are_checked_against_the_vocabulary(gw: Any) ->
     assert gw.pool.count_steps() == 0
     r = gw.post("/v1/completions", key, json={"model": "default", "prompt": [1, vocab - 1], "max_tokens": 1})
     assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("tokens", [{"admin_token": "adm"}, {"client_token": "cli"}])
+def test_sync_needs_a_credential_whenever_tokens_are_configured(make_gateway: Any, tokens: dict[str, str]) -> None:
+    from swarm.client import SwarmClient
+
+    gw = make_gateway(**tokens)
+    tok = next(iter(tokens.values()))
+    assert gw.http.get("/v1/sync").status_code == 401
+    r = gw.post("/v1/sync/agree", json={"client_id": "anyone"})
+    assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+    assert gw.post("/v1/sync/agree", "sk-swarm-forged", json={"client_id": "anyone"}).status_code == 401
+    assert gw.pool.take_agreements() == set()
+    key = gw.episode(client_id="w1", token=tokens.get("client_token"))["api_key"]
+    assert gw.post("/v1/sync/agree", key, json={"client_id": "w1"}).json()["agreed_clients"] == ["w1"]
+    assert gw.http.get("/v1/sync", headers={"Authorization": f"Bearer {tok}"}).status_code == 200
+    # the SDK sends its client token, else the key of the last episode it began
+    with SwarmClient(gw.url, token=tokens.get("client_token", "")) as client:
+        client.token = tokens.get("client_token")
+        client.begin("t", client_id="w2")
+        assert client.agree("w2")["agreed_clients"] == ["w1", "w2"]
+
+
+def test_sync_stays_open_without_tokens(gateway: Any) -> None:
+    assert gateway.http.get("/v1/sync").status_code == 200
