@@ -1,6 +1,7 @@
 """The gateway's FastAPI app: ``create_app(pool, backend, settings)``.
 
-Wires the routers, OpenAI-shaped error handlers, the request body limit and the background
+Wires the routers, OpenAI-shaped error handlers, the Host check of a gateway without tokens
+(:mod:`swarm.gateway.hosts`), the request body limit and the background
 sweep that abandons open episodes idle past their ``timeout_s``. Serving (uvicorn, host, port)
 is the caller's business: see ``flows/serve.py``. Nothing here reads config files or env vars.
 """
@@ -21,6 +22,7 @@ from swarm.dashboard import mount_dashboard
 from swarm.gateway import routes_episodes, routes_ingest, routes_openai, routes_pool, sync
 from swarm.gateway.deps import State
 from swarm.gateway.errors import install_error_handlers
+from swarm.gateway.hosts import HostCheck, host_name
 from swarm.gateway.settings import GatewaySettings
 from swarm.gateway.state import GatewayState
 from swarm.policy.base import PolicyBackend
@@ -120,6 +122,9 @@ def create_app(pool: Pool, backend: PolicyBackend, settings: GatewaySettings | N
     app.state.gateway = state
     install_error_handlers(app)
     app.add_middleware(BodyLimit, default=settings.max_body_bytes, whitebox=settings.max_whitebox_body_bytes)
+    if settings.open:  # no tokens: refuse foreign Host names (DNS rebinding); added last, so it runs first
+        base = host_name(settings.base_url.split("://", 1)[-1].split("/", 1)[0]) if settings.base_url else ""
+        app.add_middleware(HostCheck, allowed=(*settings.allowed_hosts, base))
 
     @app.get("/health", tags=["meta"])
     async def health(st: GatewayState = Depends(State)) -> dict[str, Any]:

@@ -54,6 +54,8 @@ class GatewaySettings:
     limit_concurrency: int = 1024  # open connections or running requests above which a request gets 503
     max_connections: int = 2048  # connections above which a new one gets 503 and is closed unread
     max_request_head_bytes: int = 32 * 1024  # request line + headers; larger is a 400
+    # without tokens only loopback Host names are served (DNS rebinding; swarm/gateway/hosts.py), plus these
+    allowed_hosts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.secret, str):
@@ -70,6 +72,12 @@ class GatewaySettings:
                 raise ValueError(f"GatewaySettings.{name} must be > 0, got {getattr(self, name)}")
         if self.base_url is not None:
             object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
+        object.__setattr__(self, "allowed_hosts", tuple(self.allowed_hosts))
+
+    @property
+    def open(self) -> bool:
+        """No token configured: the gateway trusts whoever reaches it (loopback only)."""
+        return self.admin_token is None and self.client_token is None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> GatewaySettings:

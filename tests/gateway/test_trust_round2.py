@@ -10,7 +10,7 @@ import pytest
 
 from swarm.gateway.hostile import invalid_unicode_requests
 from swarm.policy.echo import EchoBackend
-from swarm.pool import Pool
+from swarm.pool import Pool, StepFilter
 
 ADMIN = {"Authorization": "Bearer adm"}
 JSON = {"Content-Type": "application/json"}
@@ -158,3 +158,21 @@ def test_sync_needs_a_credential_whenever_tokens_are_configured(make_gateway: An
 
 def test_sync_stays_open_without_tokens(gateway: Any) -> None:
     assert gateway.http.get("/v1/sync").status_code == 200
+
+
+def test_foreign_host_names_are_refused_without_tokens(make_gateway: Any) -> None:
+    """DNS rebinding: without tokens only loopback Host names (and configured ones) are served."""
+    gw = make_gateway(allowed_hosts=("gw.internal",))
+    port = gw.url.rsplit(":", 1)[1]
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", "10.0.0.1", "[::2]", "", "a b"):
+        r = gw.http.get("/v1/pool/steps", headers={"Host": host})
+        assert r.status_code == 421, (host, r.status_code)
+        assert r.json()["error"]["code"] == "host_not_allowed"
+        assert gw.http.post("/v1/episodes", json={"task": "t"}, headers={"Host": host}).status_code == 421
+    assert gw.pool.query_episodes(StepFilter()) == []
+    for host in ("localhost", f"localhost:{port}", f"127.0.0.1:{port}", "127.0.0.2", "[::1]:80", "app.localhost",
+                 "gw.internal:443", "LOCALHOST"):
+        assert gw.http.get("/v1/pool/steps", headers={"Host": host}).status_code == 200, host
+    # with tokens the tokens are the defence: any name is served
+    guarded = make_gateway(admin_token="adm", client_token="cli")
+    assert guarded.http.get("/health", headers={"Host": "gw.example.com"}).status_code == 200
