@@ -106,5 +106,10 @@ class Caller:
     service: bool = False
     admin: bool = False
 
+    @property
+    def reward_source(self) -> str:
+        """Whose reward this caller gives: ``admin`` > ``judge`` (a service) > ``agent`` (an episode key)."""
+        return "admin" if self.admin else "judge" if self.service else "agent"
+
     def may_touch(self, episode_id: str) -> bool:
         return self.service or self.admin or self.episode_id == episode_id

@@ -16,9 +16,11 @@ from fastapi import APIRouter, Depends, Request
 from swarm.gateway.auth import Caller
 from swarm.gateway.deps import State, any_caller, client_caller
 from swarm.gateway.errors import ApiError
+from swarm.gateway.routes_ingest import min_reward_source
 from swarm.gateway.schemas import EpisodeCreate, EpisodeEnd
 from swarm.gateway.state import GatewayState
 from swarm.pool.episodes import EpisodeEnding
+from swarm.pool.rewards import AUTHORITY
 from swarm.records import Episode, EpisodeStatus
 
 __all__ = ["router", "episode_json"]
@@ -74,10 +76,33 @@ async def end_episode(episode_id: str, body: EpisodeEnd | None = None, caller: C
     """Finish (or fail) an episode, with its reward and per-step rewards (final)."""
     _check(caller, episode_id)
     body = body or EpisodeEnd()
-    ep = await state.episode_ender.submit(EpisodeEnding(episode_id, EpisodeStatus(body.status), body.reward,
-                                                        body.step_rewards, body.metadata))
+    reward, step_rewards, note = body.reward, body.step_rewards, None
+    if reward is not None or step_rewards:
+        note = await _end_reward_authority(state, caller, episode_id)
+        if note is not None:  # a higher authority's reward stands: the ending's rewards are history only
+            reward, step_rewards = None, None
+    ep = await state.episode_ender.submit(EpisodeEnding(episode_id, EpisodeStatus(body.status), reward,
+                                                        step_rewards, body.metadata))
     state.episodes.forget(episode_id)
-    return episode_json(ep)
+    out = episode_json(ep)
+    if body.reward is not None or body.step_rewards:
+        applied = note is None
+        await state.write(state.pool.record_rewards, episode_id, caller.reward_source, body.reward, body.step_rewards,
+                          applied, note or "applied when the episode ended")
+        out.update(reward_applied=applied, reward_source=caller.reward_source, reward_reason=note or "applied")
+    return out
+
+
+async def _end_reward_authority(state: GatewayState, caller: Caller, episode_id: str) -> str | None:
+    """Why the caller's end-of-episode rewards must not apply (None: they apply)."""
+    mine = caller.reward_source
+    floor = await min_reward_source(state, episode_id)
+    if AUTHORITY[mine] < AUTHORITY[floor]:
+        return f"this task takes rewards from {floor} or higher; the {mine}'s report is kept in the history"
+    current = await state.db(state.pool.episode_reward_authority, episode_id)
+    if current is not None and AUTHORITY[current] > AUTHORITY[mine]:
+        return f"the episode's reward was set by the {current}, which a {mine} cannot supersede; kept in the history"
+    return None
 
 
 @router.post("/v1/episodes/{episode_id}/abort")

@@ -9,8 +9,10 @@
 - ``POST /v1/events`` / ``POST /v1/feedback``: attach to an episode, a step or a response id
   (the ``id`` of a chat completion), also after the episode ended. They need the episode's key
   (that episode's targets only) or a configured client / admin token (any target): nothing else,
-  even on an open gateway. A reward never overwrites a final one: the late reward is kept as
-  its event (``GET`` the events of the episode for the history) and the step keeps its reward.
+  even on an open gateway. Rewards go by authority (:mod:`swarm.pool.rewards`): the caller is the
+  ``agent`` (episode key), a ``judge`` (client token) or the ``admin``; a higher authority supersedes a
+  lower one, an equal one never overwrites a final reward, and every reward is recorded with its
+  source. The answer says whether it was applied and why (``reward_applied``, ``reward_reason``).
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from swarm.gateway.errors import ApiError
 from swarm.gateway.schemas import EventIn, FeedbackIn, StepsSubmit, WhiteboxStep
 from swarm.gateway.state import GatewayState
 from swarm.policy.base import vocab_size
+from swarm.pool.rewards import RewardOutcome
 from swarm.records import Event, Source, Step
 
-__all__ = ["router"]
+__all__ = ["router", "min_reward_source", "report_reward"]
 
 router = APIRouter(tags=["ingest"])
 
@@ -133,6 +136,21 @@ async def _resolve(state: GatewayState, caller: Caller, episode_id: str | None, 
     return episode_id, step_id
 
 
+async def min_reward_source(state: GatewayState, episode_id: str) -> str:
+    """The lowest reward source the episode's task takes (``GatewaySettings.reward_authority``)."""
+    table = state.settings.reward_authority
+    if not table:
+        return "agent"
+    return table.get((await state.db(state.pool.get_episode, episode_id)).task, "agent")
+
+
+async def report_reward(state: GatewayState, caller: Caller, episode_id: str, step_id: str | None, reward: float,
+                        final: bool = True) -> RewardOutcome:
+    target = {"step_id": step_id} if step_id is not None else {"episode_id": episode_id}
+    return await state.write(state.pool.report_reward, **target, reward=reward, final=final,
+                             source=caller.reward_source, min_source=await min_reward_source(state, episode_id))
+
+
 @router.post("/v1/events")
 async def post_event(body: EventIn, caller: Caller = Depends(any_caller),
                      state: GatewayState = Depends(State)) -> dict[str, Any]:
@@ -143,8 +161,11 @@ async def post_event(body: EventIn, caller: Caller = Depends(any_caller),
     source = Source.blackbox if caller.episode_id else Source.service
     ev = Event(kind=body.kind, episode_id=ep_id if step_id is None else None, step_id=step_id, name=body.name,
                value=body.value, source=source, payload=body.payload)
-    event_id = await state.write(state.pool.add_event, ev)
-    return {"event_id": event_id, "episode_id": ep_id, "step_id": step_id}
+    event_id = await state.write(state.pool.add_event, ev, apply_reward=False)
+    out: dict[str, Any] = {"event_id": event_id, "episode_id": ep_id, "step_id": step_id}
+    if body.kind == "reward" and body.value is not None:
+        out.update((await report_reward(state, caller, ep_id, step_id, body.value)).json())
+    return out
 
 
 @router.post("/v1/feedback")
@@ -162,9 +183,7 @@ async def post_feedback(body: FeedbackIn, caller: Caller = Depends(any_caller),
     ev = Event(kind="feedback", episode_id=ep_id if step_id is None else None, step_id=step_id, name=body.name,
                value=body.reward, rating=body.rating, correction=body.correction, source=source, payload=payload)
     event_id = await state.write(state.pool.add_event, ev)
-    applied = None
-    if body.reward is not None:  # a final reward is never overwritten: the late one stays as this event
-        target = {"step_id": step_id} if step_id is not None else {"episode_id": ep_id}
-        applied = await state.write(state.pool.set_reward, **target, reward=body.reward, final=body.final,
-                                    keep_final=True)
-    return {"event_id": event_id, "episode_id": ep_id, "step_id": step_id, "reward_applied": applied}
+    out: dict[str, Any] = {"event_id": event_id, "episode_id": ep_id, "step_id": step_id, "reward_applied": None}
+    if body.reward is not None:  # by authority; a refused one stays in the history with its reason
+        out.update((await report_reward(state, caller, ep_id, step_id, body.reward, body.final)).json())
+    return out

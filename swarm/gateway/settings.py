@@ -56,6 +56,9 @@ class GatewaySettings:
     max_request_head_bytes: int = 32 * 1024  # request line + headers; larger is a 400
     # without tokens only loopback Host names are served (DNS rebinding; swarm/gateway/hosts.py), plus these
     allowed_hosts: tuple[str, ...] = ()
+    # task -> the lowest reward source applied ("agent" | "judge" | "admin"; swarm/pool/rewards.py); default agent:
+    # the agent may report its reward, and a judge's (client token) or admin's supersedes it
+    reward_authority: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if isinstance(self.secret, str):
@@ -73,6 +76,9 @@ class GatewaySettings:
         if self.base_url is not None:
             object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
         object.__setattr__(self, "allowed_hosts", tuple(self.allowed_hosts))
+        bad = {t: v for t, v in self.reward_authority.items() if v not in ("agent", "judge", "admin")}
+        if bad:
+            raise ValueError(f"GatewaySettings.reward_authority: {bad} must map tasks to 'agent', 'judge' or 'admin'")
 
     @property
     def open(self) -> bool:

@@ -58,8 +58,9 @@ class AnnotateMixin:
                 raise NotFoundError(f"no such {what}", **{f"{what}_id": ident})
             return True
 
-    def add_event(self: Pool, ev: Event) -> str:
-        """Store an event or feedback; a ``reward`` event also sets the (final) reward."""
+    def add_event(self: Pool, ev: Event, apply_reward: bool = True) -> str:
+        """Store an event or feedback; a ``reward`` event also sets the (final) reward unless not
+        ``apply_reward`` (the gateway applies it by authority: :meth:`report_reward`)."""
         ev = coerce(Event, ev, "event")
         with self._tx(write=True) as c:
             if ev.step_id is not None:
@@ -84,7 +85,7 @@ class AnnotateMixin:
                     "record": ev.model_dump(mode="json"),
                 },
             )
-        if ev.kind == "reward":  # a final reward is kept; a later one stays in the history as this event
+        if ev.kind == "reward" and apply_reward:  # a final reward is kept; a later one stays in the history as this event
             target = {"step_id": ev.step_id} if ev.step_id is not None else {"episode_id": ev.episode_id}
             self.set_reward(**target, reward=ev.value, final=True, keep_final=True)
         return ev.event_id

@@ -6,7 +6,7 @@ the record (messages, text, tool calls, timings) is one JSON column. Lease state
 step row (``lease_id``, ``lease_expires_at``, ``consumed_version``) so a claim is one UPDATE.
 
 No migrations: tables are created when missing, so a pool written by an older version gains a
-new table (``agreements``) the first time a newer one opens it.
+new table (``agreements``, ``rewards``) the first time a newer one opens it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
 __all__ = ["metadata", "episodes", "steps", "blocks", "events", "labels", "leases", "policy_versions",
-           "agreements", "ID_LEN", "NAME_LEN", "INT32_MAX"]
+           "agreements", "rewards", "ID_LEN", "NAME_LEN", "INT32_MAX"]
 
 ID_LEN = 128  # ids (episode, step, group, client, lease, event, label)
 NAME_LEN = 256  # task, policy and label names
@@ -177,4 +177,22 @@ agreements = sa.Table(
         sqlite_where=sa.text("taken_at IS NULL"),
         postgresql_where=sa.text("taken_at IS NULL"),
     ),
+)
+
+# every reward reported through the gateway, with who gave it (swarm.pool.rewards): agent < judge < admin;
+# ``applied`` says whether it became the target's reward (a lower authority never supersedes a higher one)
+rewards = sa.Table(
+    "rewards",
+    metadata,
+    sa.Column("reward_id", ID, primary_key=True),
+    sa.Column("episode_id", ID, nullable=False),
+    sa.Column("step_id", ID),  # None: the episode's reward
+    sa.Column("value", sa.Double, nullable=False),
+    sa.Column("final", sa.Boolean, nullable=False),
+    sa.Column("source", sa.String(16), nullable=False),
+    sa.Column("authority", sa.Integer, nullable=False),
+    sa.Column("applied", sa.Boolean, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Index("ix_rewards_episode", "episode_id", "created_at"),
 )

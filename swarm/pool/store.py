@@ -38,6 +38,7 @@ from swarm.pool.filter import StepFilter
 from swarm.pool.heads import HeadsMixin
 from swarm.pool.lease import LeaseMixin
 from swarm.pool.query import JOIN, episode_conditions, step_conditions
+from swarm.pool.rewards import RewardsMixin
 from swarm.pool.rows import digest, to_episode, to_step
 from swarm.pool.schema import blocks as B
 from swarm.pool.schema import episodes as E
@@ -63,7 +64,8 @@ _ORDERS = {
 }
 
 
-class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, HeadsMixin, AgreementsMixin):
+class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, HeadsMixin, AgreementsMixin,
+           RewardsMixin):
     """The data pool on SQLite (``sqlite:///file.db``) or PostgreSQL (``postgresql+psycopg://``).
 
     ``block_size`` is the token block length of the content-addressed store; steps written

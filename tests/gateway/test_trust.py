@@ -135,15 +135,18 @@ def test_late_rewards_are_kept_as_events(gw: Any) -> None:
     key, eid = ep["api_key"], ep["episode_id"]
     sid = gw.post("/v1/steps", key, json=whitebox()).json()["step_ids"][0]
     assert gw.post(f"/v1/episodes/{eid}/end", key, json={"reward": 1.0}).status_code == 200
-    r = gw.post("/v1/feedback", "adm", json={"step_id": sid, "reward": -3.0, "rating": 1})
-    assert r.status_code == 200 and r.json()["reward_applied"] is False
+    # the agent's own late reward never overwrites its final one: it stays as an event, and the answer says why
     r = gw.post("/v1/events", key, json={"kind": "reward", "episode_id": eid, "value": 7.0})
-    assert r.status_code == 200
+    assert r.status_code == 200 and r.json()["reward_applied"] is False and "final" in r.json()["reward_reason"]
     assert gw.pool.get_episode(eid).reward == 1.0
     step = gw.pool.get_step(sid, with_tokens=False)
     assert step.reward == 1.0 and step.reward_status.value == "final"
+    # the admin's reward supersedes the agent's report (reward authority, tests/gateway/test_trust_round2.py)
+    r = gw.post("/v1/feedback", "adm", json={"step_id": sid, "reward": -3.0, "rating": 1})
+    assert r.status_code == 200 and r.json()["reward_applied"] is True
+    assert gw.pool.get_step(sid, with_tokens=False).reward == -3.0
     history = [(e.kind, e.value) for e in gw.pool.events(episode_id=eid)]
-    assert history == [("feedback", -3.0), ("reward", 7.0)]
+    assert history == [("reward", 7.0), ("feedback", -3.0)]
 
 
 def test_off_loopback_needs_both_tokens(tmp_path: Any) -> None:

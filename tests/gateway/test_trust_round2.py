@@ -176,3 +176,57 @@ def test_foreign_host_names_are_refused_without_tokens(make_gateway: Any) -> Non
     # with tokens the tokens are the defence: any name is served
     guarded = make_gateway(admin_token="adm", client_token="cli")
     assert guarded.http.get("/health", headers={"Host": "gw.example.com"}).status_code == 200
+
+
+@pytest.fixture
+def judged(make_gateway: Any, pool_url: str) -> Any:
+    """A gateway with a judge (client token) and an admin, on each pool backend."""
+    return make_gateway(EchoBackend(max_context=4096), pool=Pool(pool_url), admin_token="adm", client_token="judge")
+
+
+def test_a_judge_or_admin_reward_supersedes_the_agents_own(judged: Any) -> None:
+    gw = judged
+    ep = gw.episode(token="judge")
+    key, eid = ep["api_key"], ep["episode_id"]
+    sid = gw.chat(key, [{"role": "user", "content": "a"}], max_tokens=2).json()["swarm"]["step_id"]
+    # the agent fixes its own reward, on the episode and on its step
+    assert gw.post("/v1/feedback", key, json={"step_id": sid, "reward": 1}).json()["reward_applied"] is True
+    r = gw.post("/v1/feedback", key, json={"episode_id": eid, "reward": 1})
+    assert r.json()["reward_applied"] is True and r.json()["reward_source"] == "agent"
+    # the judge's 0 supersedes both (the step's own agent reward is cleared: it trains on the episode's)
+    r = gw.post("/v1/feedback", "judge", json={"episode_id": eid, "reward": 0})
+    assert r.status_code == 200 and r.json()["reward_applied"] is True, r.text
+    assert "supersedes the agent" in r.json()["reward_reason"]
+    assert gw.pool.get_episode(eid).reward == 0.0
+    step = gw.pool.query_steps(StepFilter(episode_id=eid, reward_status="final"))[0]
+    assert step.reward == 0.0  # the episode's: its own agent reward was cleared
+    # the agent cannot take it back, before or after the end, by any route: each answer says why
+    r = gw.post("/v1/feedback", key, json={"episode_id": eid, "reward": 1})
+    assert r.json()["reward_applied"] is False and "judge" in r.json()["reward_reason"]
+    r = gw.post("/v1/feedback", key, json={"step_id": sid, "reward": 1})
+    assert r.json()["reward_applied"] is False and "judge" in r.json()["reward_reason"]
+    r = gw.post("/v1/events", key, json={"kind": "reward", "episode_id": eid, "value": 1})
+    assert r.json()["reward_applied"] is False
+    r = gw.post(f"/v1/episodes/{eid}/end", key, json={"reward": 1, "step_rewards": {sid: 1}})
+    assert r.status_code == 200 and r.json()["reward_applied"] is False and r.json()["reward"] == 0.0
+    assert gw.pool.get_step(sid, with_tokens=False).reward == 0.0
+    # an admin supersedes the judge after the end; a judge cannot undo the admin's
+    r = gw.post("/v1/feedback", "adm", json={"episode_id": eid, "reward": 0.5})
+    assert r.json()["reward_applied"] is True and r.json()["reward_source"] == "admin"
+    assert gw.post("/v1/feedback", "judge", json={"episode_id": eid, "reward": 0}).json()["reward_applied"] is False
+    assert gw.pool.get_episode(eid).reward == 0.5
+    # every reward is recorded with its source and outcome
+    hist = [(h["source"], h["value"], h["applied"]) for h in gw.pool.reward_history(eid)]
+    assert hist[:3] == [("agent", 1.0, True), ("agent", 1.0, True), ("judge", 0.0, True)]
+    assert ("admin", 0.5, True) in hist and hist[-1] == ("judge", 0.0, False)
+    assert all(h["reason"] for h in gw.pool.reward_history(eid))
+
+
+def test_a_task_can_refuse_the_agents_own_reward(make_gateway: Any) -> None:
+    gw = make_gateway(admin_token="adm", client_token="judge", reward_authority={"graded": "judge"})
+    ep = gw.episode("graded", token="judge")
+    r = gw.post(f"/v1/episodes/{ep['episode_id']}/end", ep["api_key"], json={"reward": 1})
+    assert r.json()["reward_applied"] is False and "judge or higher" in r.json()["reward_reason"]
+    assert gw.pool.get_episode(ep["episode_id"]).reward is None
+    r = gw.post("/v1/feedback", "judge", json={"episode_id": ep["episode_id"], "reward": 0.25})
+    assert r.json()["reward_applied"] is True and gw.pool.get_episode(ep["episode_id"]).reward == 0.25
