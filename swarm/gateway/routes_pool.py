@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from swarm.gateway.auth import Caller
 from swarm.gateway.deps import State, admin_caller, reader_caller
 from swarm.gateway.errors import ApiError, describe_validation
-from swarm.gateway.limits import check_json, repair_unicode
+from swarm.gateway.limits import MAX_JSON_BYTES, check_json, repair_unicode
 from swarm.gateway.routes_episodes import episode_json
 from swarm.gateway.schemas import AckRequest, LabelIn, LeaseRequest
 from swarm.gateway.state import GatewayState
@@ -120,8 +120,8 @@ def _finite(f: StepFilter) -> StepFilter:
         _bounded(value, name)
         if isinstance(value, int) and not isinstance(value, bool) and value > INT32_MAX:
             raise ApiError(400, f"{name} must be at most {INT32_MAX}", param=name, code="invalid_value")
-        try:
-            check_json(value)
+        try:  # group_ids: bounded by count (StepFilter), not by the 1 MiB of a free-form field
+            check_json(value, max_bytes=None if name == "group_ids" else MAX_JSON_BYTES)
         except ValueError as exc:
             raise ApiError(400, f"{name}: {exc}", param=name, code="invalid_value") from None
     return f

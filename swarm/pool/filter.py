@@ -3,6 +3,10 @@ the dashboard and the trainer, so a selection means the same thing everywhere.
 
 It only describes a selection; :mod:`swarm.pool.store` turns it into indexed SQL.
 Field names are the JSON / query-string keys of the HTTP API.
+
+Bounded: at most :data:`MAX_METADATA_KEYS` metadata keys (each is a JSON condition on two columns)
+and :data:`MAX_GROUP_IDS` group ids (bound as one parameter: :func:`swarm.pool.query.in_ids`);
+more is a validation error (a 400 over HTTP).
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from swarm.records import EpisodeStatus, EpisodeType, RewardStatus, Source
 
-__all__ = ["StepFilter"]
+__all__ = ["StepFilter", "MAX_METADATA_KEYS", "MAX_GROUP_IDS"]
+
+MAX_METADATA_KEYS = 64
+MAX_GROUP_IDS = 100_000
 
 
 class StepFilter(BaseModel):
@@ -27,7 +34,7 @@ class StepFilter(BaseModel):
     episode_id: str | None = None
     group_id: str | None = None
     # exactly these groups (a group is a group_id, or the step_id of an ungrouped step)
-    group_ids: list[str] | None = None
+    group_ids: list[str] | None = Field(default=None, max_length=MAX_GROUP_IDS)
     episode_type: EpisodeType | None = None
     reward_status: RewardStatus | None = None
     episode_status: EpisodeStatus | None = None
@@ -43,7 +50,7 @@ class StepFilter(BaseModel):
     until: float | None = None
     # the episode ended at or after this time (unfinished episodes never match)
     ended_since: float | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict, max_length=MAX_METADATA_KEYS)
     label: str | None = None
     # steps or episodes labelled with exclude=True are dropped unless this is set
     include_excluded: bool = False

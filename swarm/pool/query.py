@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 from swarm.errors import ValidationError
 from swarm.pool.filter import StepFilter
@@ -30,6 +30,7 @@ __all__ = [
     "step_conditions",
     "episode_conditions",
     "group_key",
+    "in_ids",
     "good_groups",
     "has_group_conditions",
     "singletons_pass",
@@ -85,6 +86,20 @@ def _has_label(*extra: sa.ColumnElement) -> sa.ColumnElement:
     return sa.or_(_labelled(S.c.step_id, "step", *extra), _labelled(S.c.episode_id, "episode", *extra))
 
 
+def in_ids(col: sa.ColumnElement, ids: list[str], dialect: str) -> sa.ColumnElement:
+    """``col IN ids`` with one bound parameter for the whole list, however long.
+
+    An ``IN (:a, :b, ...)`` list binds one parameter per id, and PostgreSQL refuses a statement with
+    more than 65,535 (``group_ids`` of a 40k-group lease did). PostgreSQL takes the list as one array
+    (``= ANY(:ids)``), SQLite as one JSON text (``IN (SELECT value FROM json_each(:ids))``); both use
+    the column's index.
+    """
+    if dialect == "postgresql":
+        return col == sa.any_(sa.cast(sa.bindparam(None, list(ids), type_=ARRAY(sa.Text)), ARRAY(sa.Text)))
+    each = sa.func.json_each(sa.bindparam(None, json.dumps(list(ids)), type_=sa.Text)).table_valued("value")
+    return col.in_(sa.select(each.c.value))
+
+
 def step_conditions(f: StepFilter, dialect: str, groups: bool = True) -> list[sa.ColumnElement]:
     """WHERE conditions selecting the steps ``f`` describes (``groups=False``: no group conditions)."""
     c: list[sa.ColumnElement] = []
@@ -102,8 +117,8 @@ def step_conditions(f: StepFilter, dialect: str, groups: bool = True) -> list[sa
         # group_key() IN (...) spelled so that the group_id and step_id indexes apply
         c.append(
             sa.or_(
-                S.c.group_id.in_(f.group_ids),
-                sa.and_(S.c.group_id.is_(None), S.c.step_id.in_(f.group_ids)),
+                in_ids(S.c.group_id, f.group_ids, dialect),
+                sa.and_(S.c.group_id.is_(None), in_ids(S.c.step_id, f.group_ids, dialect)),
             )
         )
     if f.episode_type is not None:

@@ -230,3 +230,37 @@ def test_a_task_can_refuse_the_agents_own_reward(make_gateway: Any) -> None:
     assert gw.pool.get_episode(ep["episode_id"]).reward is None
     r = gw.post("/v1/feedback", "judge", json={"episode_id": ep["episode_id"], "reward": 0.25})
     assert r.json()["reward_applied"] is True and gw.pool.get_episode(ep["episode_id"]).reward == 0.25
+
+
+def test_filters_are_bounded_and_stay_fast_up_to_their_limits(gw: Any) -> None:
+    import time
+
+    from swarm.pool.filter import MAX_GROUP_IDS, MAX_METADATA_KEYS
+
+    groups = []
+    for i in range(3):
+        ep = gw.episode(group_id=f"g{i}", metadata={"k0": 0})
+        gw.chat(ep["api_key"], [{"role": "user", "content": "a"}], max_tokens=2)
+        gw.post(f"/v1/episodes/{ep['episode_id']}/end", ep["api_key"], json={"reward": float(i)})
+        groups.append(f"g{i}")
+    meta = {f"k{i}": 0 for i in range(MAX_METADATA_KEYS)}
+    t0 = time.monotonic()
+    r = gw.http.get("/v1/pool/steps", params={"metadata": json.dumps(meta)}, headers=ADMIN)
+    assert r.status_code == 200 and r.json()["total"] == 0, r.text
+    r = gw.http.get("/v1/pool/steps", params={"metadata": json.dumps({"k0": 0})}, headers=ADMIN)
+    assert r.json()["total"] == 3
+    assert time.monotonic() - t0 < 5
+    meta[f"k{MAX_METADATA_KEYS}"] = 0
+    r = gw.http.get("/v1/pool/steps", params={"metadata": json.dumps(meta)}, headers=ADMIN)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "metadata", r.text
+    # a lease naming the most group ids allowed: one bound parameter, correct on both pools (PostgreSQL
+    # refuses statements with over 65,535 parameters)
+    ids = [f"nope-{i}" for i in range(MAX_GROUP_IDS - 2)] + groups[:2]
+    t0 = time.monotonic()
+    r = gw.post("/v1/pool/leases", "adm", json={"max_steps": 10, "filter": {"group_ids": ids}})
+    assert r.status_code == 200, r.text[:300]
+    assert sorted(s["group_id"] for s in r.json()["steps"]) == ["g0", "g1"]
+    assert time.monotonic() - t0 < 20
+    assert gw.pool.count_steps(StepFilter(group_ids=ids)) == 2
+    r = gw.post("/v1/pool/leases", "adm", json={"max_steps": 10, "filter": {"group_ids": ids + ["one-more"]}})
+    assert r.status_code == 400 and "group_ids" in r.json()["error"]["message"], r.text[:300]
