@@ -264,3 +264,42 @@ def test_filters_are_bounded_and_stay_fast_up_to_their_limits(gw: Any) -> None:
     assert gw.pool.count_steps(StepFilter(group_ids=ids)) == 2
     r = gw.post("/v1/pool/leases", "adm", json={"max_steps": 10, "filter": {"group_ids": ids + ["one-more"]}})
     assert r.status_code == 400 and "group_ids" in r.json()["error"]["message"], r.text[:300]
+
+
+def test_a_huge_chat_body_is_refused_fast_and_health_stays_fast(make_gateway: Any) -> None:
+    """250k messages in 7.9 MB (under the 8 MiB body limit) are counted before anything else is
+    validated; a 10 MB body is refused by its size before it is read."""
+    import threading
+    import time
+
+    import httpx
+
+    gw = make_gateway()
+    key = gw.episode()["api_key"]
+    big = json.dumps({"model": "default", "messages": [{"role": "user", "content": ""}] * 250_000}).encode()
+    huge = b'{"model": "default", "messages": [' + b'{"role": "user", "content": "x"},' * 330_000 + b'{}]}'
+    assert 7_500_000 < len(big) < gw.settings.max_body_bytes < 10_000_000 < len(huge)
+    lat: list[float] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        with httpx.Client(base_url=gw.url, timeout=10) as c:
+            while not done.is_set():
+                t0 = time.perf_counter()
+                assert c.get("/health").status_code == 200
+                lat.append(time.perf_counter() - t0)
+
+    th = threading.Thread(target=poll)
+    th.start()
+    try:
+        for body, status in ((big, 400), (huge, 413), (big, 400)):
+            t0 = time.perf_counter()
+            r = gw.post("/v1/chat/completions", key, content=body, headers=dict(JSON))
+            assert r.status_code == status, r.text[:200]
+            assert time.perf_counter() - t0 < 2.0
+        assert "at most 10000" in gw.post("/v1/chat/completions", key, content=big,
+                                          headers=dict(JSON)).json()["error"]["message"]
+    finally:
+        done.set()
+        th.join()
+    assert lat and max(lat) < 0.5, sorted(lat)[-5:]
