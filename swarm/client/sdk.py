@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from types import TracebackType
 from typing import Any
 
@@ -67,6 +68,8 @@ class SwarmClient:
         bearer = key or self.token
         if bearer:
             headers["Authorization"] = f"Bearer {bearer}"
+        if method.upper() == "POST":  # the same on every retry: a repeated call is answered, not recorded twice
+            headers["Idempotency-Key"] = f"swarm-{uuid.uuid4().hex}"
         delay = self.backoff_s
         for attempt in range(self.retries + 1):
             try:
@@ -110,6 +113,18 @@ class SwarmClient:
                           metadata=metadata)
 
 
+def _idempotent(client: Any) -> Any:
+    """``client`` sending an ``Idempotency-Key`` header on each POST, the same on its retries.
+
+    The OpenAI SDK makes one key per request and reuses it when it retries (a lost answer, a 5xx);
+    it sends it only when its ``_idempotency_header`` names the header, which ``OpenAI`` leaves unset.
+    The gateway answers a repeated key from the stored step instead of recording the call twice.
+    """
+    if hasattr(client, "_idempotency_header"):
+        client._idempotency_header = "Idempotency-Key"
+    return client
+
+
 class EpisodeHandle:
     """One open episode: its OpenAI base_url and api key, plus heartbeat / end / abort."""
 
@@ -121,16 +136,16 @@ class EpisodeHandle:
         self.ended = False
 
     def openai(self, **kwargs: Any) -> Any:
-        """A configured ``openai.OpenAI`` for this episode."""
+        """A configured ``openai.OpenAI`` for this episode; it sends an ``Idempotency-Key`` per call."""
         import openai
 
-        return openai.OpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
+        return _idempotent(openai.OpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs))
 
     def async_openai(self, **kwargs: Any) -> Any:
-        """A configured ``openai.AsyncOpenAI`` for this episode."""
+        """A configured ``openai.AsyncOpenAI`` for this episode; it sends an ``Idempotency-Key`` per call."""
         import openai
 
-        return openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
+        return _idempotent(openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs))
 
     def _call(self, action: str, body: dict[str, Any] | None = None) -> Any:
         return self.client.request("POST", f"/v1/episodes/{self.episode_id}/{action}", key=self.api_key,

@@ -27,9 +27,10 @@ from swarm.gateway.state import GatewayState
 from swarm.gateway.structured import chat_constraint, compile_constraint, completion_constraint, top_logprobs
 from swarm.policy.base import GenerateRequest, Generation, SamplingParams, vocab_size
 from swarm.policy.toolcalls import TOOL_CALL_OPEN, split_tool_calls
+from swarm.pool.filter import StepFilter
 from swarm.records import Episode, Source, Step, new_id
 
-__all__ = ["CallPlan", "prepare_chat", "prepare_completion", "generate", "store", "finalize"]
+__all__ = ["stored_call", "replayed", "CallPlan", "prepare_chat", "prepare_completion", "generate", "store", "finalize"]
 
 
 def finalize(gens: list[Generation], tool_calls: bool = True) -> list[Generation]:
@@ -62,6 +63,7 @@ class CallPlan:
     created: int
     include_usage: bool = False
     tool_calls: bool = True  # False with tool_choice "none" emulated here: replies are content only
+    idempotency_key: str | None = None  # the client's Idempotency-Key header: a repeat returns these steps
     t0: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -248,6 +250,8 @@ def _steps(plan: CallPlan, gens: list[Generation], base_index: int, parent: str 
             meta["prefix_reason"] = "the backend's model tokenizes for itself: no exact token ids"
         if len(gens) > 1:
             meta["siblings"] = ids
+        if plan.idempotency_key is not None:
+            meta["idempotency_key"] = plan.idempotency_key
         if req.tools:
             meta["tools"] = req.tools
         if plan.prompt.template_mismatch:
@@ -281,6 +285,20 @@ def _steps(plan: CallPlan, gens: list[Generation], base_index: int, parent: str 
     return steps
 
 
+async def stored_call(state: GatewayState, episode_id: str, key: str, kind: str) -> list[Step]:
+    """The steps an earlier ``kind`` call of ``episode_id`` with Idempotency-Key ``key`` stored (in choice order)."""
+    steps = await state.db(state.pool.query_steps, StepFilter(episode_id=episode_id, metadata={"idempotency_key": key}),
+                           with_tokens=True, order="episode")
+    return [s for s in steps if s.metadata.get("idempotency_key") == key and s.metadata.get("kind") == kind]
+
+
+def replayed(steps: list[Step]) -> list[Generation]:
+    """The generations behind stored steps, to answer a repeated call exactly as the first time."""
+    return [Generation(prompt_ids=list(s.prompt_ids), response_ids=list(s.response_ids), logprobs=s.response_logprobs,
+                       text=s.response_text or "", tool_calls=list(s.tool_calls), finish_reason=s.finish_reason or "stop",
+                       policy_version=s.policy_version) for s in steps]
+
+
 async def store(state: GatewayState, plan: CallPlan, gens: list[Generation]) -> list[Step]:
     """Write one step per choice; returns them (tool calls normalized) once their batch is committed.
 
@@ -290,6 +308,10 @@ async def store(state: GatewayState, plan: CallPlan, gens: list[Generation]) -> 
     """
     ep_id = plan.episode.episode_id
     async with state.episode_lock(ep_id):
+        if plan.idempotency_key is not None:  # a concurrent repeat stored it first: answer with that one
+            done = await stored_call(state, ep_id, plan.idempotency_key, plan.kind)
+            if done:
+                return done
         last = state.episodes.known(ep_id)
         parent = plan.prompt.parent_step_id or (last.step_id if last else None)
         steps = _steps(plan, gens, 0 if last is None else last.index + 1, parent, state.backend)

@@ -4,19 +4,36 @@ Auth is the episode api key. Streaming is decided by the body's ``stream`` field
 send ``Accept: application/json`` even when streaming). Each call stores one step per choice
 before it is answered (see :mod:`swarm.gateway.calls`); the response adds
 ``swarm: {step_id, step_ids, policy_version, prefix_consistent}``.
+
+Idempotent calls: with an ``Idempotency-Key`` header (OpenAI SDK: ``extra_headers``; the swarm SDK's
+clients send one that stays the same across their retries) a call that repeats one this episode
+already stored is answered from the stored steps (``swarm.replayed: true``), never recorded twice,
+also when the first answer was lost (the gateway died after the commit).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from swarm.gateway.auth import Caller
-from swarm.gateway.calls import CallPlan, generate, prepare_chat, prepare_completion, store
+from swarm.gateway.calls import CallPlan, generate, prepare_chat, prepare_completion, replayed, store, stored_call
 from swarm.gateway.deps import State, episode_caller
-from swarm.gateway.openai_format import chat_logprobs, chat_response, completion_logprobs, completion_response
+from swarm.gateway.errors import ApiError
+from swarm.gateway.openai_format import (
+    chat_chunk,
+    chat_logprobs,
+    chat_message,
+    chat_response,
+    completion_chunk,
+    completion_logprobs,
+    completion_response,
+    usage,
+)
 from swarm.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from swarm.gateway.state import GatewayState
 from swarm.gateway.streaming import chat_events, completion_events, open_stream
@@ -26,6 +43,61 @@ __all__ = ["router"]
 router = APIRouter(tags=["openai"])
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+MAX_IDEMPOTENCY_KEY = 256
+
+
+def idempotency_key(request: Request) -> str | None:
+    """The ``Idempotency-Key`` header: printable ASCII, at most 256 characters (else a 400)."""
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        return None
+    if not key or len(key) > MAX_IDEMPOTENCY_KEY or not key.isascii() or not key.isprintable():
+        raise ApiError(400, f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters",
+                       param="Idempotency-Key", code="invalid_value")
+    return key
+
+
+async def _replay(state: GatewayState, caller: Caller, key: str | None, kind: str, stream: bool,
+                  include_usage: bool) -> Any:
+    """The stored answer of an earlier call with this Idempotency-Key, or None."""
+    if key is None or caller.episode_id is None:
+        return None
+    steps = await stored_call(state, caller.episode_id, key, kind)
+    if not steps:
+        return None
+    gens = replayed(steps)
+    first = steps[0]
+    cid, created, policy = first.metadata.get("call_id", first.step_id), int(first.created_at), first.policy
+    swarm = {"step_id": first.step_id, "step_ids": [s.step_id for s in steps], "policy_version": first.policy_version,
+             "prefix_consistent": first.prefix_consistent, "episode_id": first.episode_id, "replayed": True}
+    calls = [s.tool_calls for s in steps]
+    if kind == "chat":
+        body = chat_response(cid, created, policy, gens, calls, [None] * len(gens), swarm)
+    else:
+        body = completion_response(cid, created, policy, gens, [None] * len(gens), swarm)
+    if not stream:
+        return JSONResponse(body)
+
+    def events() -> Iterator[bytes]:
+        for i, ch in enumerate(body["choices"]):
+            if kind == "chat":
+                delta = chat_message(gens[i], calls[i])
+                if "tool_calls" in delta:
+                    delta["tool_calls"] = [{"index": j, **c} for j, c in enumerate(delta["tool_calls"])]
+                chunk = chat_chunk(cid, created, policy, [{"index": i, "delta": delta, "logprobs": None,
+                                                          "finish_reason": ch["finish_reason"]}], swarm=swarm)
+            else:
+                chunk = completion_chunk(cid, created, policy, [{"index": i, "text": ch["text"], "logprobs": None,
+                                                                "finish_reason": ch["finish_reason"]}], swarm=swarm)
+            yield f"data: {json.dumps(chunk)}\n\n".encode()
+        if include_usage:
+            make = chat_chunk if kind == "chat" else completion_chunk
+            tail = make(cid, created, policy, [], usage=usage(len(gens[0].prompt_ids),
+                                                               sum(len(g.response_ids) for g in gens)))
+            yield f"data: {json.dumps(tail)}\n\n".encode()
+        yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers=_SSE_HEADERS)
 
 
 def _swarm(plan: CallPlan, steps: list) -> dict[str, Any]:
@@ -48,10 +120,16 @@ async def list_models(state: GatewayState = Depends(State)) -> dict[str, Any]:
 
 
 @router.post("/v1/chat/completions")
-async def chat_completions(body: ChatCompletionRequest, caller: Caller = Depends(episode_caller),
+async def chat_completions(body: ChatCompletionRequest, request: Request, caller: Caller = Depends(episode_caller),
                            state: GatewayState = Depends(State)) -> Any:
     """OpenAI chat completions; ``model`` picks the policy."""
+    key = idempotency_key(request)
+    usage_too = bool(body.stream_options and body.stream_options.include_usage)
+    done = await _replay(state, caller, key, "chat", bool(body.stream), usage_too)
+    if done is not None:
+        return done
     plan = await prepare_chat(state, caller, body)
+    plan.idempotency_key = key
     if body.stream:
         first, it = await open_stream(state, plan)
         return StreamingResponse(chat_events(state, plan, first, it), media_type="text/event-stream",
@@ -65,10 +143,16 @@ async def chat_completions(body: ChatCompletionRequest, caller: Caller = Depends
 
 
 @router.post("/v1/completions")
-async def completions(body: CompletionRequest, caller: Caller = Depends(episode_caller),
+async def completions(body: CompletionRequest, request: Request, caller: Caller = Depends(episode_caller),
                       state: GatewayState = Depends(State)) -> Any:
     """OpenAI (legacy) text completions over one prompt (text or token ids)."""
+    key = idempotency_key(request)
+    usage_too = bool(body.stream_options and body.stream_options.include_usage)
+    done = await _replay(state, caller, key, "completion", bool(body.stream), usage_too)
+    if done is not None:
+        return done
     plan = await prepare_completion(state, caller, body)
+    plan.idempotency_key = key
     if body.stream:
         first, it = await open_stream(state, plan)
         return StreamingResponse(completion_events(state, plan, first, it), media_type="text/event-stream",

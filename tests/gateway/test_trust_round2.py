@@ -303,3 +303,67 @@ def test_a_huge_chat_body_is_refused_fast_and_health_stays_fast(make_gateway: An
         done.set()
         th.join()
     assert lat and max(lat) < 0.5, sorted(lat)[-5:]
+
+
+def test_a_repeated_chat_call_with_an_idempotency_key_is_stored_once(gw: Any) -> None:
+    ep = gw.episode()
+    key = ep["api_key"]
+    body = {"model": "default", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
+    first = gw.post("/v1/chat/completions", key, json=body, headers={"Idempotency-Key": "k-1"})
+    assert first.status_code == 200, first.text
+    again = gw.post("/v1/chat/completions", key, json=body, headers={"Idempotency-Key": "k-1"})
+    assert again.status_code == 200 and again.json()["swarm"]["replayed"] is True
+    a, b = first.json(), again.json()
+    assert b["id"] == a["id"] and b["choices"] == a["choices"] and b["usage"] == a["usage"]
+    assert b["swarm"]["step_ids"] == a["swarm"]["step_ids"]
+    assert gw.pool.count_steps() == 1
+    # streamed repeat: the same reply, from the stored step
+    r = gw.post("/v1/chat/completions", key, json={**body, "stream": True}, headers={"Idempotency-Key": "k-1"})
+    assert r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]")
+    chunk = json.loads(r.text.split("data: ", 2)[1])
+    assert chunk["choices"][0]["delta"]["content"] == a["choices"][0]["message"]["content"]
+    # another key (or none) is another call; a completion with a chat's key is not a repeat of it
+    assert gw.post("/v1/chat/completions", key, json=body, headers={"Idempotency-Key": "k-2"}).status_code == 200
+    assert gw.post("/v1/chat/completions", key, json=body).status_code == 200
+    r = gw.post("/v1/completions", key, json={"model": "default", "prompt": "hi", "max_tokens": 2},
+                headers={"Idempotency-Key": "k-1"})
+    assert r.status_code == 200 and "replayed" not in r.json()["swarm"]
+    assert gw.pool.count_steps() == 4
+    r = gw.post("/v1/completions", key, json={"model": "default", "prompt": "hi", "max_tokens": 2},
+                headers={"Idempotency-Key": "k-1"})
+    assert r.json()["swarm"].get("replayed") is True and gw.pool.count_steps() == 4
+    # a key is scoped to its episode; a malformed one is a 400
+    other = gw.episode()["api_key"]
+    assert "replayed" not in gw.post("/v1/chat/completions", other, json=body,
+                                     headers={"Idempotency-Key": "k-1"}).json()["swarm"]
+    r = gw.post("/v1/chat/completions", key, json=body, headers={"Idempotency-Key": "x" * 257})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "Idempotency-Key"
+
+
+def test_the_sdk_retry_of_a_lost_answer_is_not_recorded_twice(make_gateway: Any, pool_url: str) -> None:
+    """The gateway commits the step, the answer is lost; the OpenAI client from ``EpisodeHandle.openai()``
+    retries with the same Idempotency-Key and gets the stored reply."""
+    import httpx
+
+    from swarm.client import SwarmClient
+
+    gw = make_gateway(pool=Pool(pool_url))
+    lost = []
+
+    class LoseFirstAnswer(httpx.HTTPTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            resp = super().handle_request(request)
+            if request.url.path.endswith("/chat/completions") and not lost:
+                resp.read()
+                lost.append(request.headers.get("idempotency-key"))
+                raise httpx.ReadError("connection lost after the commit", request=request)
+            return resp
+
+    with SwarmClient(gw.url) as client:
+        ep = client.begin("t")
+        oa = ep.openai(http_client=httpx.Client(transport=LoseFirstAnswer()), max_retries=2)
+        reply = oa.chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert lost and lost[0], "the SDK sends an Idempotency-Key"
+    assert gw.pool.count_steps() == 1
+    step = gw.pool.query_steps(StepFilter())[0]
+    assert reply.choices[0].message.content == step.response_text and step.metadata["idempotency_key"] == lost[0]
