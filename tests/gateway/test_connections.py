@@ -31,7 +31,7 @@ def _raw(url: str) -> Iterator[socket.socket]:
 
 def test_slowloris_head_is_disconnected_while_calls_go_on(make_gateway: Any) -> None:
     gw = make_gateway(**FAST)
-    head = b"POST /v1/steps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Pad: " + b"a" * 200
+    head = b"POST /v1/steps HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-Pad: " + b"a" * 200
     calls = 0
 
     def health() -> None:  # meanwhile normal calls are served
@@ -52,7 +52,7 @@ def test_silent_connections_and_slow_bodies_are_closed(make_gateway: Any) -> Non
         took = trickle(idle, b"", 0.1, 8)
         assert took is not None and 1.0 <= took < 5, took
     body = b'{"steps": [{"prompt_ids": [1], "response_ids": [2]}]}'
-    head = (b"POST /v1/episodes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /v1/episodes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body))
     with _raw(gw.url) as slow:  # a complete head, then the body at ~3 bytes/s
         slow.sendall(head)
@@ -68,7 +68,7 @@ def test_silent_connections_and_slow_bodies_are_closed(make_gateway: Any) -> Non
 
 def test_over_the_limits_the_answer_is_503_not_a_queue(make_gateway: Any) -> None:
     gw = make_gateway(limit_concurrency=4, max_connections=8, timeout_request_body_s=30)
-    head = b"POST /v1/episodes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+    head = b"POST /v1/episodes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
     held = [socket.create_connection(("127.0.0.1", gw.server.port), timeout=10) for _ in range(3)]
     try:
         for s in held:  # three requests in flight, waiting for their bodies
