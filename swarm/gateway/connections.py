@@ -9,6 +9,9 @@ are held forever, and past the descriptor limit asyncio logs one ``accept()`` tr
 - a new connection must start a request within ``timeout_keep_alive_s`` (as between requests);
 - once a request's first byte arrives, its head must be complete within ``timeout_request_head_s``
   (a slowloris client is disconnected), and its body within ``timeout_request_body_s``;
+- one client address holding ``max_connections_per_client`` connections gets a 503 for the next
+  one, closed before anything is read: a single host (slowloris, idle sockets) cannot take the
+  ``limit_concurrency`` slots every other agent needs;
 - above ``limit_concurrency`` open connections or running requests, uvicorn answers 503 at once;
   above ``max_connections`` a new connection gets a 503 and is closed before anything is read
   (so descriptors stay free for the pool and ``/health``);
@@ -17,7 +20,8 @@ are held forever, and past the descriptor limit asyncio logs one ``accept()`` tr
 Every refusal and timeout is logged through :class:`RateLimitedLog` (one line per kind per
 interval, with a count); uvicorn's own "Exceeded concurrency limit." / "Invalid HTTP request
 received." warnings and asyncio's ``accept()`` errors go through :class:`RateLimitFilter`.
-It does not rate-limit requests per client (that is a proxy's job) and it serves HTTP/1.1 only.
+It does not rate-limit requests per client (that is a proxy's job), it counts clients by their address
+as the socket sees it (behind a proxy, all clients are the proxy) and it serves HTTP/1.1 only.
 """
 
 from __future__ import annotations
@@ -41,6 +45,10 @@ _REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json
             b"content-length: 98\r\n\r\n"
             b'{"error": {"message": "too many connections", "type": "server_busy", "param": null, "code": null}}')
 assert len(_REFUSED.split(b"\r\n\r\n", 1)[1]) == 98
+_BODY_PER_CLIENT = (b'{"error": {"message": "too many connections from this address", "type": "server_busy", '
+                    b'"param": null, "code": "too_many_connections_per_client"}}')
+_REFUSED_PER_CLIENT = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                       b"content-length: " + str(len(_BODY_PER_CLIENT)).encode() + b"\r\n\r\n" + _BODY_PER_CLIENT)
 
 
 class RateLimitedLog:
@@ -129,12 +137,26 @@ class GuardedH11Protocol(H11Protocol):
     timeout_request_head_s: float = 10.0
     timeout_request_body_s: float = 120.0
     max_connections: int = 2048
+    max_connections_per_client: int = 512
+    per_client: dict[str, int] = {}  # open connections by client address (one dict per server class)
     events: RateLimitedLog = RateLimitedLog()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_cycle: Any = None
+        peer = transport.get_extra_info("peername")
+        self._client_addr: str | None = str(peer[0]) if isinstance(peer, tuple) and peer else None
+        if self._client_addr is not None and self.per_client.get(self._client_addr, 0) >= self.max_connections_per_client:
+            self.transport = transport
+            self._refused = True
+            self._client_addr = None  # not counted
+            transport.write(_REFUSED_PER_CLIENT)
+            transport.close()
+            self.events.note("refused_per_client", "gateway: refused a connection, its address already holds "
+                                                   f"{self.max_connections_per_client} "
+                                                   "(GatewaySettings.max_connections_per_client)")
+            return
         if len(self.connections) >= self.max_connections:
             # answer before reading anything, and never join the server's connections
             self.transport = transport
@@ -143,7 +165,10 @@ class GuardedH11Protocol(H11Protocol):
             transport.close()
             self.events.note("refused", f"gateway: refused a connection, {self.max_connections} already open "
                                         "(GatewaySettings.max_connections)")
+            self._client_addr = None
             return
+        if self._client_addr is not None:
+            self.per_client[self._client_addr] = self.per_client.get(self._client_addr, 0) + 1
         self._refused = False
         super().connection_made(transport)
         # uvicorn arms its idle timer only after a response: a connection that never speaks would stay
@@ -151,6 +176,13 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
+        addr, self._client_addr = getattr(self, "_client_addr", None), None
+        if addr is not None:
+            n = self.per_client.get(addr, 1) - 1
+            if n > 0:
+                self.per_client[addr] = n
+            else:
+                self.per_client.pop(addr, None)
         if getattr(self, "_refused", False):
             return
         super().connection_lost(exc)
@@ -210,6 +242,8 @@ def guarded_protocol(settings: Any, events: RateLimitedLog | None = None) -> typ
         "timeout_request_head_s": float(settings.timeout_request_head_s),
         "timeout_request_body_s": float(settings.timeout_request_body_s),
         "max_connections": int(settings.max_connections),
+        "max_connections_per_client": int(settings.max_connections_per_client),
+        "per_client": {},
         "events": events or RateLimitedLog(),
     })
 

@@ -53,6 +53,9 @@ class GatewaySettings:
     timeout_request_body_s: float = 120.0  # from the head to the complete body (a body sent at 1 byte/s)
     limit_concurrency: int = 1024  # open connections or running requests above which a request gets 503
     max_connections: int = 2048  # connections above which a new one gets 503 and is closed unread
+    # one client address holding this many: its next connection gets 503, closed unread (below limit_concurrency,
+    # so one host cannot starve the others)
+    max_connections_per_client: int = 512
     max_request_head_bytes: int = 32 * 1024  # request line + headers; larger is a 400
     # without tokens only loopback Host names are served (DNS rebinding; swarm/gateway/hosts.py), plus these
     allowed_hosts: tuple[str, ...] = ()
@@ -66,7 +69,7 @@ class GatewaySettings:
         if len(self.secret) < 16:
             raise ValueError("GatewaySettings.secret must be at least 16 bytes; use e.g. `openssl rand -hex 32`")
         for name in ("max_body_bytes", "max_whitebox_body_bytes", "max_tokens_cap", "max_n", "limit_concurrency",
-                     "max_connections", "max_request_head_bytes"):
+                     "max_connections", "max_connections_per_client", "max_request_head_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewaySettings.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("default_episode_timeout_s", "sweep_interval_s", "timeout_keep_alive_s", "timeout_request_head_s",

@@ -367,3 +367,37 @@ def test_the_sdk_retry_of_a_lost_answer_is_not_recorded_twice(make_gateway: Any,
     assert gw.pool.count_steps() == 1
     step = gw.pool.query_steps(StepFilter())[0]
     assert reply.choices[0].message.content == step.response_text and step.metadata["idempotency_key"] == lost[0]
+
+
+def test_one_host_cannot_take_every_connection(make_gateway: Any) -> None:
+    """A host holding idle sockets (here from 127.0.0.2) past its per-address cap gets 503s for the extra
+    ones, closed unread; an agent on another address keeps being served."""
+    import socket
+    import time
+
+    gw = make_gateway(limit_concurrency=32, max_connections=256, max_connections_per_client=8)
+    held = []
+    try:
+        for _ in range(40):
+            s = socket.create_connection(("127.0.0.1", gw.server.port), timeout=5, source_address=("127.0.0.2", 0))
+            held.append(s)
+        time.sleep(0.3)
+        refused = 0
+        for s in held[8:]:
+            s.settimeout(5)
+            reply = s.recv(4096)
+            refused += reply.startswith(b"HTTP/1.1 503") and b"too_many_connections_per_client" in reply
+        assert refused == 32
+        key = gw.episode()["api_key"]
+        codes = [gw.chat(key, [{"role": "user", "content": "a"}], max_tokens=2).status_code for _ in range(25)]
+        with __import__("httpx").Client(base_url=gw.url, timeout=10) as fresh:  # new connections each
+            codes += [fresh.get("/health", headers={"Connection": "close"}).status_code for _ in range(25)]
+        assert codes == [200] * 50
+    finally:
+        for s in held:
+            s.close()
+    # closed connections are no longer counted: the host may connect again
+    time.sleep(0.3)
+    with socket.create_connection(("127.0.0.1", gw.server.port), timeout=5, source_address=("127.0.0.2", 0)) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 200")
