@@ -308,13 +308,14 @@ async def store(state: GatewayState, plan: CallPlan, gens: list[Generation]) -> 
     """
     ep_id = plan.episode.episode_id
     async with state.episode_lock(ep_id):
-        if plan.idempotency_key is not None:  # a concurrent repeat stored it first: answer with that one
-            done = await stored_call(state, ep_id, plan.idempotency_key, plan.kind)
-            if done:
-                return done
+        ident = None if plan.idempotency_key is None else (ep_id, plan.kind, plan.idempotency_key)
+        if ident is not None and ident in state.recent_calls:  # a concurrent repeat stored it first
+            return state.recent_calls[ident]
         last = state.episodes.known(ep_id)
         parent = plan.prompt.parent_step_id or (last.step_id if last else None)
         steps = _steps(plan, gens, 0 if last is None else last.index + 1, parent, state.backend)
         await state.step_writer.submit(steps)
         state.episodes.remember(ep_id, steps)
+        if ident is not None:
+            state.remember_call(ident, steps)
     return steps

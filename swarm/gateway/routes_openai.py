@@ -136,6 +136,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, caller
                                  headers=_SSE_HEADERS)
     gens = await generate(state, plan)
     steps = await store(state, plan, gens)
+    if steps[0].metadata.get("call_id") != plan.cid:  # a concurrent repeat stored first: answer with its reply
+        first = await _replay(state, caller, key, "chat", False, usage_too)
+        if first is not None:
+            return first
     lps = [chat_logprobs(state.backend, plan.policy, g.response_ids, g.logprobs, g.top_logprobs, g.logprobs_content)
            if plan.want_logprobs else None for g in gens]
     return JSONResponse(chat_response(plan.cid, plan.created, plan.policy, gens, [s.tool_calls for s in steps], lps,
@@ -159,6 +163,10 @@ async def completions(body: CompletionRequest, request: Request, caller: Caller 
                                  headers=_SSE_HEADERS)
     gens = await generate(state, plan)
     steps = await store(state, plan, gens)
+    if steps[0].metadata.get("call_id") != plan.cid:  # a concurrent repeat stored first: answer with its reply
+        first = await _replay(state, caller, key, "completion", False, usage_too)
+        if first is not None:
+            return first
     lps = [completion_logprobs(state.backend, plan.policy, g.response_ids, g.logprobs, tops=g.top_logprobs)
            if plan.want_logprobs else None for g in gens]
     return JSONResponse(completion_response(plan.cid, plan.created, plan.policy, gens, lps, _swarm(plan, steps)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -50,6 +51,14 @@ class GatewayState:
         self.step_writer: Batcher[list[Step], None] = Batcher(self._write_steps)
         self.episode_opener: Batcher[Episode, Episode] = Batcher(functools.partial(self.write, pool.add_episodes))
         self.episode_ender: Batcher[EpisodeEnding, Episode] = Batcher(functools.partial(self.write, pool.end_episodes))
+        # (episode, kind, Idempotency-Key) -> steps this process stored for that call: a repeat racing the first
+        # call is answered from here without a pool read under the episode lock (bounded, oldest dropped)
+        self.recent_calls: OrderedDict[tuple[str, str, str], list[Step]] = OrderedDict()
+
+    def remember_call(self, ident: tuple[str, str, str], steps: list[Step]) -> None:
+        self.recent_calls[ident] = steps
+        while len(self.recent_calls) > 4096:
+            self.recent_calls.popitem(last=False)
 
     async def _write_steps(self, calls: list[list[Step]]) -> list[None]:
         # the pool numbers them in its write transaction: another gateway may write these episodes too

@@ -401,3 +401,25 @@ def test_one_host_cannot_take_every_connection(make_gateway: Any) -> None:
     with socket.create_connection(("127.0.0.1", gw.server.port), timeout=5, source_address=("127.0.0.2", 0)) as s:
         s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         assert s.recv(4096).startswith(b"HTTP/1.1 200")
+
+
+def test_concurrent_repeats_of_one_idempotent_call_store_it_once(make_gateway: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    gw = make_gateway(EchoBackend(delay_s=0.2))
+    key = gw.episode()["api_key"]
+    body = {"model": "default", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+
+    def call(_: int) -> dict[str, Any]:
+        import httpx
+
+        with httpx.Client(base_url=gw.url, timeout=30) as c:
+            r = c.post("/v1/chat/completions", json=body,
+                       headers={"Authorization": f"Bearer {key}", "Idempotency-Key": "same"})
+            assert r.status_code == 200, r.text
+            return r.json()
+
+    with ThreadPoolExecutor(4) as ex:
+        out = list(ex.map(call, range(4)))
+    assert gw.pool.count_steps() == 1
+    assert len({o["swarm"]["step_id"] for o in out}) == 1 and len({o["id"] for o in out}) == 1
