@@ -225,6 +225,15 @@ async def get_episode(episode_id: str, state: GatewayState = Depends(State),
     return readable_response(episode_json(await state.db(state.pool.get_episode, episode_id)), id_key="episode_id")
 
 
+@router.get("/v1/pool/episodes/{episode_id}/rewards")
+async def episode_rewards(episode_id: str, state: GatewayState = Depends(State),
+                          _: Caller = Depends(reader_caller)) -> JSONResponse:
+    """Every reward reported for an episode and its steps, oldest first: source, value, applied, reason."""
+    await state.db(state.pool.get_episode, episode_id)  # 404 for an unknown episode
+    rows = await state.db(state.pool.reward_history, episode_id)
+    return readable_response({"object": "list", "data": rows}, rows="data", id_key="reward_id")
+
+
 @router.post("/v1/pool/leases")
 async def create_lease(body: LeaseRequest, caller: Caller = Depends(admin_caller),
                        state: GatewayState = Depends(State)) -> dict[str, Any]:

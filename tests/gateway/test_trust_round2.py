@@ -220,6 +220,9 @@ def test_a_judge_or_admin_reward_supersedes_the_agents_own(judged: Any) -> None:
     assert hist[:3] == [("agent", 1.0, True), ("agent", 1.0, True), ("judge", 0.0, True)]
     assert ("admin", 0.5, True) in hist and hist[-1] == ("judge", 0.0, False)
     assert all(h["reason"] for h in gw.pool.reward_history(eid))
+    r = gw.http.get(f"/v1/pool/episodes/{eid}/rewards", headers=ADMIN)
+    assert r.status_code == 200 and [(h["source"], h["applied"]) for h in r.json()["data"]][-1] == ("judge", False)
+    assert gw.http.get(f"/v1/pool/episodes/{eid}/rewards").status_code == 401
 
 
 def test_a_task_can_refuse_the_agents_own_reward(make_gateway: Any) -> None:
