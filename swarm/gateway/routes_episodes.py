@@ -87,8 +87,9 @@ async def end_episode(episode_id: str, body: EpisodeEnd | None = None, caller: C
     out = episode_json(ep)
     if body.reward is not None or body.step_rewards:
         applied = note is None
-        await state.write(state.pool.record_rewards, episode_id, caller.reward_source, body.reward, body.step_rewards,
-                          applied, note or "applied when the episode ended")
+        if not applied or caller.reward_source != "agent":  # an unrecorded reward counts as the agent's anyway
+            await state.write(state.pool.record_rewards, episode_id, caller.reward_source, body.reward,
+                              body.step_rewards, applied, note or "applied when the episode ended")
         out.update(reward_applied=applied, reward_source=caller.reward_source, reward_reason=note or "applied")
     return out
 
