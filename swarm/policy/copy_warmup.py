@@ -4,11 +4,12 @@ A pretrained LLM can already look a fact up in its prompt; RL then teaches it wh
 The 1.2M tiny model cannot, and a team reward is too weak a signal to grow that skill from
 nothing (benchmarks/werewolves_reading.py: RL on "the vote named a wolf" moved the share of
 wolf votes 0.35 -> 0.38 in 160 steps, while supervised copying reached 0.49 in 40; after this
-warm-up the same RL probe goes 0.44 -> 0.72 in 20 steps, and the werewolves bench's village
-learns to read the seer's accusation: experiments/werewolves/README.md, "Learning"). With nothing
-asked, the warmed model copies some ``label:N`` line anyway: shown its own number as ``you:5`` it
-put 26-42% of its vote on itself (two builds), so the werewolves observation writes that number
-after a space (``you 5``: 11%; ``benchmarks/werewolves_reading.py`` prints these shares at step 0).
+warm-up the same RL probe goes 0.399 -> 0.549 in 20 steps on the shipped v3 model (0.44 -> 0.72 on
+an earlier v2 build), and the werewolves bench's village learns to read the seer's accusation:
+experiments/werewolves/README.md, "Learning"). With nothing asked, the warmed model copies some
+``label:N`` line anyway: shown its own number as ``you:5`` it put 26-42% of its vote on itself (two
+v2 builds), so the werewolves observation writes that number after a space (``you 5``: 13% on the
+shipped model; ``python benchmarks/werewolves_reading.py --steps 0`` prints these shares).
 :func:`label_copy_warmup` gives it the generic skill, on synthetic chats like::
 
     system: lemon rain pen

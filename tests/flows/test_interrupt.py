@@ -49,8 +49,12 @@ def test_sigint_leaves_pool_and_mlflow_run_consistent(tmp_path: Path) -> None:
     assert list(cwd.iterdir()) == [] and (out / ".hydra").is_dir() and (tmp_path / "mlartifacts").is_dir()
     text = (tmp_path / "train.log").read_text()
     head = re.split(r"(?m)^updates\b", text, maxsplit=1)[0]  # what the terminal shows before the progress bar
+    from swarm.policy.shipped import manifest
+
+    (weights,) = [e["files"]["model.safetensors"] for e in manifest().values() if e["warmup"] == "word_chain"]
     for line in ("gateway    http://127.0.0.1:", "dashboard  http://127.0.0.1:", f"run folder {out}",
-                 f"mlflow     {uri}", "mlflow run 'echo updates=1000 min_groups=1'"):
+                 f"mlflow     {uri}", "mlflow run 'echo updates=1000 min_groups=1'",
+                 f"(model.safetensors sha256 {weights[:16]})"):  # the shipped default model, checked
         assert line in head, text[:3000]
     for noise in ("prefect", "Warning", "Loading", "alembic", "Creating initial"):  # quiet by default
         assert noise not in head, text[:3000]

@@ -19,16 +19,22 @@ from swarm.policy.warmup import get_warmup
 # sha256 over (name, float32 bytes) of every tensor of the seed-0 tiny model without warm-up, as built on a
 # 2-core x86_64 AVX-512 machine under torch's avx512, avx2 and default kernels with 1 and 2 threads
 INIT_DIGEST = "b0f77692ba07c58925fd7429b7dd02d25fef9946574d7214282ddd3b404e8632"
+LLAMA3_DIGEST = "84ef20c1ed4fe92bfa6f93d1a3b42d3632c42674991ea3176594b520dd0c64b8"  # the same, llama3 family
 BUILD_INIT = """
 import hashlib, sys, tempfile, torch
 from safetensors.torch import load_file
 torch.set_num_threads(int(sys.argv[1]))
-from swarm.policy.tiny import ensure_tiny_model
-sd = load_file(ensure_tiny_model(cache_dir=tempfile.mkdtemp(), seed=0) / "model.safetensors")
-h = hashlib.sha256()
-for k in sorted(sd):
-    h.update(k.encode()); h.update(sd[k].float().contiguous().numpy().tobytes())
-print(torch.backends.cpu.get_cpu_capability(), h.hexdigest())
+from swarm.policy.tiny import ensure_family_model, ensure_tiny_model
+
+def digest(path):
+    sd, h = load_file(path / "model.safetensors"), hashlib.sha256()
+    for k in sorted(sd):
+        h.update(k.encode()); h.update(sd[k].float().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+cache = tempfile.mkdtemp()
+print(torch.backends.cpu.get_cpu_capability(), digest(ensure_tiny_model(cache_dir=cache, seed=0)),
+      digest(ensure_family_model("llama3", cache_dir=cache)))
 """
 
 
@@ -84,16 +90,17 @@ def test_a_corrupt_shipped_file_is_refused(tmp_path, monkeypatch) -> None:
 
 def test_the_untrained_model_is_the_same_bits_under_every_cpu_kernel_set(tmp_path) -> None:
     """No warm-up, no float RNG kernels: avx512 (where the CPU has it), avx2 and default kernels, 1 and 2
-    threads, all give the pinned weights (torch's own normal_ gave other bits under default kernels)."""
+    threads, all give the pinned weights (torch's own normal_ gave other bits under default kernels), and
+    the same llama3-family model (whose added token rows are drawn the same way)."""
     script = tmp_path / "build.py"
     script.write_text(BUILD_INIT)
     seen = {}
     for cap, threads in (("default", "1"), ("avx2", "2"), ("avx512", "1")):
         out = subprocess.run([sys.executable, str(script), threads], capture_output=True, text=True, check=True,
                              env={**os.environ, "ATEN_CPU_CAPABILITY": cap}).stdout.split()
-        seen[f"{out[0]}/{threads}"] = out[1]
+        seen[f"{out[0]}/{threads}"] = (out[1], out[2])
     print(seen)
-    assert set(seen.values()) == {INIT_DIGEST}, seen
+    assert set(seen.values()) == {(INIT_DIGEST, LLAMA3_DIGEST)}, seen
 
 
 @pytest.mark.slow  # one word-chain warm-up build, ~30-40 s
