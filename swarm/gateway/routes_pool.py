@@ -15,8 +15,9 @@ import math
 from typing import Any
 
 import pydantic
+import pydantic_core
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from swarm.gateway.auth import Caller
 from swarm.gateway.deps import State, admin_caller, reader_caller
@@ -46,7 +47,7 @@ def step_json(step: Step, with_tokens: bool) -> dict[str, Any]:
     return d
 
 
-def readable_response(payload: dict[str, Any], rows: str | None = None, id_key: str = "step_id") -> JSONResponse:
+def readable_response(payload: dict[str, Any], rows: str | None = None, id_key: str = "step_id") -> Response:
     """``payload`` as JSON, even if a stored row holds text UTF-8 cannot encode (defence in depth).
 
     Serialising costs nothing extra when all is well; otherwise each bad row (of ``payload[rows]``, or
@@ -54,8 +55,8 @@ def readable_response(payload: dict[str, Any], rows: str | None = None, id_key: 
     rest as stored: one bad row never makes a read (or a lease) fail.
     """
     try:
-        return JSONResponse(payload)
-    except UnicodeEncodeError:
+        return _json(payload)
+    except (UnicodeEncodeError, pydantic_core.PydanticSerializationError):
         pass
     notes: list[dict[str, Any]] = []
     if rows is None:
@@ -70,7 +71,12 @@ def readable_response(payload: dict[str, Any], rows: str | None = None, id_key: 
             fixed.append(row)
         payload = {**repair_unicode({k: v for k, v in payload.items() if k != rows})[0], rows: fixed}
     payload["unreadable"] = notes
-    return JSONResponse(payload)
+    return _json(payload)
+
+
+def _json(payload: dict[str, Any]) -> Response:
+    # pydantic's encoder, as FastAPI's own responses use: a non-finite float (a -inf logprob) is null, not a 500
+    return Response(pydantic_core.to_json(payload, inf_nan_mode="null"), media_type="application/json")
 
 
 def _filter_params() -> list[dict[str, Any]]:
@@ -198,7 +204,7 @@ async def list_steps(request: Request, state: GatewayState = Depends(State),
 
 @router.get("/v1/pool/steps/{step_id}", openapi_extra={"parameters": _paging_params(True)[2:]})
 async def get_step(step_id: str, request: Request, state: GatewayState = Depends(State),
-                   _: Caller = Depends(reader_caller)) -> JSONResponse:
+                   _: Caller = Depends(reader_caller)) -> Response:
     """One step, with token ids and logprobs unless ``with_tokens=false``."""
     paging, rest = _query(request)
     tokens = _bool(paging, "with_tokens", True)
@@ -220,14 +226,14 @@ async def list_episodes(request: Request, state: GatewayState = Depends(State),
 
 @router.get("/v1/pool/episodes/{episode_id}")
 async def get_episode(episode_id: str, state: GatewayState = Depends(State),
-                      _: Caller = Depends(reader_caller)) -> JSONResponse:
+                      _: Caller = Depends(reader_caller)) -> Response:
     """One episode."""
     return readable_response(episode_json(await state.db(state.pool.get_episode, episode_id)), id_key="episode_id")
 
 
 @router.get("/v1/pool/episodes/{episode_id}/rewards")
 async def episode_rewards(episode_id: str, state: GatewayState = Depends(State),
-                          _: Caller = Depends(reader_caller)) -> JSONResponse:
+                          _: Caller = Depends(reader_caller)) -> Response:
     """Every reward reported for an episode and its steps, oldest first: source, value, applied, reason."""
     await state.db(state.pool.get_episode, episode_id)  # 404 for an unknown episode
     rows = await state.db(state.pool.reward_history, episode_id)

@@ -55,7 +55,8 @@ def test_a_stored_row_with_invalid_unicode_is_reported_and_the_rest_served(make_
     good_ep = pool.add_episode(Episode(task="t"))
     pool.add_steps([Step(episode_id=bad_ep.episode_id, prompt_ids=[1], response_ids=[2], response_text="r\ud800",
                          prompt_messages=[{"role": "user", "content": "\udfff"}]),
-                    Step(episode_id=good_ep.episode_id, prompt_ids=[1], response_ids=[3], response_text="ok")])
+                    Step(episode_id=good_ep.episode_id, prompt_ids=[1], response_ids=[3], response_text="ok",
+                         response_logprobs=[float("-inf")])])
     r = gw.http.get("/v1/pool/steps", headers=ADMIN)
     assert r.status_code == 200, r.text
     body = r.json()
@@ -64,6 +65,9 @@ def test_a_stored_row_with_invalid_unicode_is_reported_and_the_rest_served(make_
     assert set(note["fields"]) == {"response_text", "prompt_messages.0.content"}
     bad = next(s for s in body["data"] if s["step_id"] == note["step_id"])
     assert bad["response_text"] == "r\\ud800"
+    good = next(s for s in gw.http.get("/v1/pool/steps", params={"with_tokens": "true"}, headers=ADMIN).json()["data"]
+                if s["step_id"] != note["step_id"])
+    assert good["response_logprobs"] == [None]  # a non-finite logprob reads as null, as FastAPI's encoder writes it
     r = gw.http.get(f"/v1/pool/steps/{note['step_id']}", headers=ADMIN)
     assert r.status_code == 200 and r.json()["unreadable"][0]["fields"], r.text
     r = gw.http.get("/v1/pool/episodes", headers=ADMIN)
