@@ -113,9 +113,14 @@ def repair_unicode(value: Any) -> tuple[Any, list[str]]:
 
 
 def check_json(value: Any, max_depth: int = MAX_JSON_DEPTH, max_bytes: int | None = MAX_JSON_BYTES,
-               nul_ok: bool = False) -> Any:
-    """``value`` unless it is too deep or too large, or holds a non-finite number or (unless ``nul_ok``) NUL anywhere."""
+               nul_ok: bool = False, max_values: int | None = None) -> Any:
+    """``value`` unless it is too deep or too large, or holds a non-finite number or (unless ``nul_ok``) NUL anywhere.
+
+    ``max_values`` bounds how many JSON values (container items) it may hold; a container is counted
+    before it is walked, so a list of millions of numbers is refused at once, not after a walk.
+    """
     size = 0
+    values = 0
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         v, depth = stack.pop()
@@ -129,6 +134,10 @@ def check_json(value: Any, max_depth: int = MAX_JSON_DEPTH, max_bytes: int | Non
             if depth >= max_depth:
                 raise ValueError(f"JSON is nested more than {max_depth} levels deep")
             size += 2
+            if max_values is not None:
+                values += len(v)
+                if values > max_values:
+                    raise ValueError(f"JSON holds more than {max_values} values")
             if isinstance(v, dict):
                 for k, item in v.items():
                     if isinstance(k, str):

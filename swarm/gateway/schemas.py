@@ -22,7 +22,7 @@ from swarm.records import EpisodeType
 __all__ = [
     "ChatMessage", "ChatCompletionRequest", "CompletionRequest", "EpisodeCreate", "EpisodeEnd",
     "WhiteboxStep", "StepsSubmit", "EventIn", "FeedbackIn", "LeaseRequest", "AckRequest", "LabelIn",
-    "MAX_MESSAGES", "MAX_TOOLS",
+    "MAX_MESSAGES", "MAX_TOOLS", "MAX_BODY_VALUES",
 ]
 
 TokenId = Annotated[int, Field(ge=0, lt=2**31)]
@@ -31,6 +31,7 @@ _BODY_DEPTH = 64  # OpenAI bodies: messages, content parts and tool schemas nest
 # counted before anything else is validated: validating 250k messages took ~1.5 s on the event loop
 MAX_MESSAGES = 10_000
 MAX_TOOLS = 1_000
+MAX_BODY_VALUES = 262_144  # JSON values in one OpenAI body (items of every list and object, unknown keys too)
 _COUNTED = {"messages": MAX_MESSAGES, "tools": MAX_TOOLS}
 
 _OPEN = ConfigDict(extra="allow", allow_inf_nan=False)
@@ -108,7 +109,7 @@ class _Storable(BaseModel):
             for key, most in _COUNTED.items():
                 if isinstance(data.get(key), list) and len(data[key]) > most:
                     raise ValueError(f"{key}: at most {most} items, got {len(data[key])}")
-        return check_json(data, max_depth=_BODY_DEPTH, max_bytes=None, nul_ok=True)
+        return check_json(data, max_depth=_BODY_DEPTH, max_bytes=None, nul_ok=True, max_values=MAX_BODY_VALUES)
 
 
 class ChatCompletionRequest(_Sampling, _Storable):

@@ -306,6 +306,13 @@ def test_a_huge_chat_body_is_refused_fast_and_health_stays_fast(make_gateway: An
             assert time.perf_counter() - t0 < 2.0
         assert "at most 10000" in gw.post("/v1/chat/completions", key, content=big,
                                           headers=dict(JSON)).json()["error"]["message"]
+        # millions of values anywhere (an unknown key, content parts) are counted, not walked one by one
+        for body in ({"model": "default", "messages": [{"role": "user", "content": "x"}], "extra": [0] * 2_500_000},
+                     {"model": "default", "messages": [{"role": "user", "content": [{"type": "text", "text": ""}] * 270_000}]}):
+            t0 = time.perf_counter()
+            r = gw.post("/v1/chat/completions", key, content=json.dumps(body).encode(), headers=dict(JSON))
+            assert r.status_code == 400 and "more than 262144 values" in r.json()["error"]["message"], r.text[:200]
+            assert time.perf_counter() - t0 < 1.5
     finally:
         done.set()
         th.join()
