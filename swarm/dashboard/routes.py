@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.responses import FileResponse, HTMLResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 
@@ -26,7 +26,7 @@ from swarm.errors import NotFoundError
 from swarm.gateway.auth import Caller
 from swarm.gateway.deps import State, admin_caller, reader_caller
 from swarm.gateway.errors import ApiError
-from swarm.gateway.routes_pool import parse_filter, step_json
+from swarm.gateway.routes_pool import parse_filter, readable_response, step_json
 from swarm.gateway.state import GatewayState
 from swarm.pool import StepFilter
 
@@ -139,8 +139,12 @@ async def collection(request: Request, state: GatewayState = Depends(State)) -> 
 
 # -------------------------------------------------------------------------------- representation
 @router.get("/dashboard/api/steps", dependencies=[Depends(reader_caller)])
-async def steps(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
-    """One page of steps matching a filter, newest first by default; ``has_more`` instead of a total."""
+async def steps(request: Request, state: GatewayState = Depends(State)) -> Response:
+    """One page of steps matching a filter, newest first by default; ``has_more`` instead of a total.
+
+    A row holding text UTF-8 cannot encode (stored before the gateway refused it) is served escaped and
+    named under ``unreadable``, as the pool read API does.
+    """
     control, f = _split(request)
     limit = int(_num(control, "limit", 50, 1, 500))
     offset = int(_num(control, "offset", 0, 0, 10_000_000))
@@ -148,7 +152,8 @@ async def steps(request: Request, state: GatewayState = Depends(State)) -> dict[
     if order not in ("-created", "created", "episode"):
         raise ApiError(400, "order must be '-created', 'created' or 'episode'", param="order", code="invalid_value")
     rows = await state.db(queries.step_rows, state.pool, f, limit + 1, offset, order)
-    return {"data": rows[:limit], "has_more": len(rows) > limit, "limit": limit, "offset": offset}
+    return readable_response({"data": rows[:limit], "has_more": len(rows) > limit, "limit": limit, "offset": offset},
+                             rows="data")
 
 
 def _pieces(backend: Any, policy: str, ids: list[int]) -> list[str] | None:
@@ -159,8 +164,12 @@ def _pieces(backend: Any, policy: str, ids: list[int]) -> list[str] | None:
 
 
 @router.get("/dashboard/api/steps/{step_id}", dependencies=[Depends(reader_caller)])
-async def step_detail(step_id: str, state: GatewayState = Depends(State)) -> dict[str, Any]:
-    """One step with tokens, decoded pieces, labels, its episode and the episode's other steps."""
+async def step_detail(step_id: str, state: GatewayState = Depends(State)) -> Response:
+    """One step with tokens, decoded pieces, labels, its episode and the episode's other steps.
+
+    Text UTF-8 cannot encode (in the step, its episode or a sibling) is served escaped, its paths named
+    under ``unreadable``, as the pool read API does.
+    """
     step = await state.db(state.pool.get_step, step_id, with_tokens=True)
     d = step_json(step, True)
     prompt, response = list(step.prompt_ids), list(step.response_ids)
@@ -180,7 +189,7 @@ async def step_detail(step_id: str, state: GatewayState = Depends(State)) -> dic
     d["episode"] = ep.model_dump(mode="json")
     d["episode_steps"] = siblings
     d["labels"] = {"step": labels.get(step.step_id, []), "episode": labels.get(step.episode_id, [])}
-    return d
+    return readable_response(d)
 
 
 # -------------------------------------------------------------------------------------- curation
