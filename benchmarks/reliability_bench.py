@@ -173,7 +173,7 @@ def connections(pool_url: str) -> dict[str, Any]:
     server = ServerThread(create_app(pool, EchoBackend(), settings)).start()
     out: dict[str, Any] = {}
     try:
-        head = b"POST /v1/steps HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 1000
+        head = b"POST /v1/steps HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * 1000
         health: list[bool] = []
 
         def check_health() -> None:  # ordinary calls while the head trickles in
@@ -185,7 +185,7 @@ def connections(pool_url: str) -> dict[str, Any]:
         held = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(3)]
         try:
             for h in held:
-                h.sendall(b"POST /v1/episodes HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+                h.sendall(b"POST /v1/episodes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{")
             time.sleep(0.3)
             t0 = time.monotonic()
             status = httpx.get(server.url + "/health", timeout=30).status_code
