@@ -7,6 +7,7 @@ Errors name the bad key and the fix (``ConfigError``).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -140,9 +141,28 @@ def _make_fleet(model: dict[str, Any], policies: list[str], lora: LoraSpec | Non
 _GATEWAY_KEYS = ("base_url", "max_body_bytes", "max_whitebox_body_bytes", "max_tokens_cap", "max_n",
                  "default_max_tokens", "default_episode_timeout_s", "sweep_interval_s", "timeout_keep_alive_s",
                  "timeout_request_head_s", "timeout_request_body_s", "limit_concurrency", "max_connections",
-                 "max_request_head_bytes")
+                 "max_connections_per_client", "max_request_head_bytes", "allowed_hosts", "reward_authority")
 
 
 def gateway_settings(gateway: dict[str, Any]) -> GatewaySettings:
-    """GatewaySettings from the ``gateway`` config group and SWARM_* environment variables."""
-    return GatewaySettings.from_env(**{k: gateway[k] for k in _GATEWAY_KEYS if k in gateway})
+    """GatewaySettings from the ``gateway`` config group and SWARM_* environment variables.
+
+    ``allowed_hosts`` becomes a tuple of names and ``reward_authority`` a plain ``{task: source}`` dict,
+    whether they arrive as plain containers or as omegaconf ones; a bad value is a :class:`ConfigError`
+    naming ``gateway.<key>``.
+    """
+    kw = {k: gateway[k] for k in _GATEWAY_KEYS if k in gateway}
+    hosts = kw.get("allowed_hosts")
+    if hosts is not None:
+        if isinstance(hosts, str) or not all(isinstance(h, str) and h for h in hosts):
+            raise ConfigError(f"gateway.allowed_hosts={hosts!r}: give a list of host names, e.g. [myhost.lan]")
+        kw["allowed_hosts"] = tuple(hosts)
+    table = kw.get("reward_authority")
+    if table is not None:
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"gateway.reward_authority={table!r}: give a mapping of task to source, e.g. {{math: judge}}")
+        kw["reward_authority"] = {str(t): str(v) for t, v in table.items()}
+    try:
+        return GatewaySettings.from_env(**kw)
+    except ValueError as exc:
+        raise ConfigError(f"gateway: {exc}".replace("GatewaySettings.", "gateway.")) from None

@@ -44,3 +44,34 @@ def test_every_group_has_a_cpu_default() -> None:
     cfg = _compose()
     for group in ("model", "pool", "algo", "batching", "runner"):
         assert group in cfg, group
+
+
+def test_gateway_trust_settings_reach_gateway_settings() -> None:
+    """allowed_hosts, reward_authority and max_connections_per_client compose into GatewaySettings, from
+    the train and the serve config alike; a misspelt gateway key is refused by composition, as before."""
+    from hydra.errors import ConfigCompositionException
+
+    from flows.components import ConfigError, gateway_settings
+    from swarm.gateway import GatewaySettings
+
+    default = gateway_settings(OmegaConf.to_container(_compose().gateway, resolve=True))
+    base = GatewaySettings()
+    assert (default.allowed_hosts, default.reward_authority, default.max_connections_per_client) == (
+        base.allowed_hosts, base.reward_authority, base.max_connections_per_client)
+    overrides = ["gateway.allowed_hosts=[example.org,gw.lan]", "gateway.reward_authority={math: judge}",
+                 "gateway.max_connections_per_client=7"]
+    for name in ("train", "serve"):
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+            cfg = compose(config_name=name, overrides=overrides)
+        for gw in (OmegaConf.to_container(cfg.gateway, resolve=True), cfg.gateway):  # plain dict or DictConfig
+            s = gateway_settings(gw)
+            assert s.allowed_hosts == ("example.org", "gw.lan") and s.reward_authority == {"math": "judge"}
+            assert s.max_connections_per_client == 7 and type(s.reward_authority) is dict
+    for typo in ("gateway.allowed_host=[example.org]", "gateway.reward_authorty={math: judge}",
+                 "gateway.max_connection_per_client=7"):
+        with pytest.raises(ConfigCompositionException):
+            _compose(typo)
+    with pytest.raises(ConfigError, match="gateway.reward_authority"):
+        gateway_settings({"reward_authority": {"math": "referee"}})
+    with pytest.raises(ConfigError, match="gateway.allowed_hosts"):
+        gateway_settings({"allowed_hosts": "example.org"})
