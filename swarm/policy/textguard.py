@@ -56,8 +56,7 @@ def _guard(value: Any, pat: re.Pattern[str] | None) -> Any:
     if isinstance(value, str):
         return guard_text(value, pat)
     if isinstance(value, dict):
-        return {(guard_text(k, pat) if isinstance(k, str) else k): (v if k == "role" else _guard(v, pat))
-                for k, v in value.items()}
+        return {(guard_text(k, pat) if isinstance(k, str) else k): _guard(v, pat) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_guard(v, pat) for v in value]
     return value
@@ -65,9 +64,12 @@ def _guard(value: Any, pat: re.Pattern[str] | None) -> Any:
 
 def guard_chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                specials: Iterable[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
-    """Copies of ``messages`` and ``tools`` with every client string guarded (roles untouched)."""
+    """Copies of ``messages`` and ``tools`` with every client string guarded (each message's own role
+    untouched; a ``role`` key deeper down, in tool-call arguments or a tool schema, is client text)."""
     pat = _pattern(specials)
-    return _guard(messages, pat), (None if tools is None else _guard(tools, pat))
+    guarded = [{(guard_text(k, pat) if isinstance(k, str) else k): (v if k == "role" else _guard(v, pat))
+                for k, v in m.items()} if isinstance(m, dict) else _guard(m, pat) for m in messages]
+    return guarded, (None if tools is None else _guard(tools, pat))
 
 
 def split_guarded(text: str) -> list[tuple[str, bool]]:

@@ -437,3 +437,25 @@ def test_concurrent_repeats_of_one_idempotent_call_store_it_once(make_gateway: A
         out = list(ex.map(call, range(4)))
     assert gw.pool.count_steps() == 1
     assert len({o["swarm"]["step_id"] for o in out}) == 1 and len({o["id"] for o in out}) == 1
+
+
+@pytest.mark.parametrize("family", [None, "llama3"])
+def test_forged_control_tokens_under_a_role_key_stay_text(make_gateway: Any, family: str | None) -> None:
+    """A key named ``role`` below the message level (a tool parameter, a tool-call argument) is client
+    text like any other: only a message's own role is left to the template."""
+    gw = make_gateway(EchoBackend(family=family, max_context=32768))
+    counts = []
+    for text in ("plain", _forge()):
+        args = {"role": text, "k": {"role": [text]}}
+        tool = {"type": "function", "function": {"name": "search", "parameters": {
+            "type": "object", "properties": {"role": {"type": "string", "description": text, "enum": [text]}}}}}
+        body = {"model": "default", "max_tokens": 2, "tools": [tool], "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "search", "arguments": args}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}
+        r = gw.post("/v1/chat/completions", gw.episode()["api_key"], json=body)
+        assert r.status_code == 200, r.text
+        ids = gw.pool.get_step(r.json()["swarm"]["step_id"]).prompt_ids
+        counts.append(sum(1 for i in ids if 256 <= i < 256 + len(gw.backend._special_ids)))
+    assert counts[0] > 0 and counts[1] == counts[0], (family, counts)
