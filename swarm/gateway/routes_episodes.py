@@ -77,10 +77,16 @@ async def end_episode(episode_id: str, body: EpisodeEnd | None = None, caller: C
     _check(caller, episode_id)
     body = body or EpisodeEnd()
     reward, step_rewards, note = body.reward, body.step_rewards, None
+    refused: dict[str, float] = {}  # step rewards a higher authority already set: history only
     if reward is not None or step_rewards:
         note = await _end_reward_authority(state, caller, episode_id)
         if note is not None:  # a higher authority's reward stands: the ending's rewards are history only
             reward, step_rewards = None, None
+        elif step_rewards:
+            mine = AUTHORITY[caller.reward_source]
+            higher = await state.db(state.pool.step_reward_sources, episode_id, list(step_rewards))
+            refused = {s: v for s, v in step_rewards.items() if AUTHORITY[higher.get(s, "agent")] > mine}
+            step_rewards = {s: v for s, v in step_rewards.items() if s not in refused}
     ep = await state.episode_ender.submit(EpisodeEnding(episode_id, EpisodeStatus(body.status), reward,
                                                         step_rewards, body.metadata))
     state.episodes.forget(episode_id)
@@ -89,7 +95,13 @@ async def end_episode(episode_id: str, body: EpisodeEnd | None = None, caller: C
         applied = note is None
         if not applied or caller.reward_source != "agent":  # an unrecorded reward counts as the agent's anyway
             await state.write(state.pool.record_rewards, episode_id, caller.reward_source, body.reward,
-                              body.step_rewards, applied, note or "applied when the episode ended")
+                              body.step_rewards if not applied else step_rewards, applied,
+                              note or "applied when the episode ended")
+        if refused:
+            why = (f"a higher authority set these steps' rewards, which a {caller.reward_source} cannot supersede; "
+                   "kept in the history")
+            await state.write(state.pool.record_rewards, episode_id, caller.reward_source, None, refused, False, why)
+            out["step_rewards_refused"] = {s: why for s in refused}
         out.update(reward_applied=applied, reward_source=caller.reward_source, reward_reason=note or "applied")
     return out
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from swarm.errors import NotFoundError, ValidationError
-from swarm.pool.checks import check_reward
+from swarm.pool.checks import check_reward, chunks
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import rewards as RW
 from swarm.pool.schema import steps as S
@@ -77,6 +77,9 @@ class RewardsMixin:
         check_reward(reward, "reward")
         a = AUTHORITY[source]
         with self._tx(write=True) as c:
+            # PostgreSQL: hold the episode's row from here on, so the read-decide-write below is atomic
+            # against another report (or the episode's end) for the same episode; SQLite's write lock does it
+            _lock_episode(c, episode_id, step_id)
             if step_id is not None:
                 row = c.execute(sa.select(S.c.episode_id, S.c.reward, S.c.reward_status,
                                           E.c.reward.label("ep_reward"), E.c.reward_status.label("ep_status"))
@@ -137,6 +140,18 @@ class RewardsMixin:
                                      "authority": AUTHORITY[source], "applied": applied, "reason": reason,
                                      "created_at": t} for sid, v in rows])
 
+    def step_reward_sources(self: Pool, episode_id: str, step_ids: list[str]) -> dict[str, str]:
+        """The source of each of ``step_ids``' own current reward where one was applied with a record
+        (steps without such a record are absent: their reward, if any, counts as the agent's)."""
+        out: dict[str, str] = {}
+        with self._tx() as c:
+            for chunk in chunks(sorted(set(step_ids))):
+                q = (sa.select(RW.c.step_id, sa.func.max(RW.c.authority))
+                     .where(RW.c.episode_id == episode_id, RW.c.applied.is_(True), RW.c.step_id.in_(chunk))
+                     .group_by(RW.c.step_id))
+                out.update({sid: _NAMES[int(a)] for sid, a in c.execute(q)})
+        return out
+
     def episode_reward_authority(self: Pool, episode_id: str) -> str | None:
         """The source of an episode's current reward (None: no reward yet)."""
         with self._tx() as c:
@@ -150,6 +165,17 @@ class RewardsMixin:
         q = sa.select(RW).where(RW.c.episode_id == episode_id).order_by(RW.c.created_at, RW.c.reward_id)
         with self._tx() as c:
             return [{k: v for k, v in r.items() if k != "authority"} for r in c.execute(q).mappings()]
+
+
+def _lock_episode(c: sa.Connection, episode_id: str | None, step_id: str | None) -> None:
+    """Lock the target's episode row for the rest of the transaction (PostgreSQL; a no-op on SQLite)."""
+    if c.dialect.name != "postgresql":
+        return
+    if episode_id is None:
+        episode_id = c.execute(sa.select(S.c.episode_id).where(S.c.step_id == step_id)).scalar()
+        if episode_id is None:
+            return  # no such step: the caller's read reports it
+    c.execute(sa.select(E.c.episode_id).where(E.c.episode_id == episode_id).with_for_update())
 
 
 def _clear_lower_step_rewards(c: sa.Connection, episode_id: str, authority: int) -> None:

@@ -459,3 +459,45 @@ def test_forged_control_tokens_under_a_role_key_stay_text(make_gateway: Any, fam
         ids = gw.pool.get_step(r.json()["swarm"]["step_id"]).prompt_ids
         counts.append(sum(1 for i in ids if 256 <= i < 256 + len(gw.backend._special_ids)))
     assert counts[0] > 0 and counts[1] == counts[0], (family, counts)
+
+
+def test_an_agent_cannot_overwrite_a_judges_step_reward_at_the_end(judged: Any) -> None:
+    """/end's step_rewards obey authority per step: one a judge set stands (the agent's is history,
+    named in the answer); the agent's others apply."""
+    gw = judged
+    ep = gw.episode(token="judge")
+    key, eid = ep["api_key"], ep["episode_id"]
+    judged_sid = gw.chat(key, [{"role": "user", "content": "a"}], max_tokens=2).json()["swarm"]["step_id"]
+    own_sid = gw.chat(key, [{"role": "user", "content": "b"}], max_tokens=2).json()["swarm"]["step_id"]
+    assert gw.post("/v1/feedback", "judge", json={"step_id": judged_sid, "reward": 0}).json()["reward_applied"]
+    r = gw.post(f"/v1/episodes/{eid}/end", key, json={"reward": 1, "step_rewards": {judged_sid: 1, own_sid: 0.5}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["reward_applied"] is True and list(body["step_rewards_refused"]) == [judged_sid]
+    assert gw.pool.get_step(judged_sid, with_tokens=False).reward == 0.0
+    assert gw.pool.get_step(own_sid, with_tokens=False).reward == 0.5 and gw.pool.get_episode(eid).reward == 1.0
+    hist = [(h["step_id"], h["source"], h["value"], h["applied"]) for h in gw.pool.reward_history(eid)]
+    assert (judged_sid, "judge", 0.0, True) in hist and (judged_sid, "agent", 1.0, False) in hist
+
+
+def test_concurrent_agent_and_judge_rewards_leave_the_judges(judged: Any) -> None:
+    """An agent's report racing a judge's for the same episode never overwrites it (the episode's row is
+    locked for the decision on PostgreSQL; SQLite's write lock serialises them)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    gw = judged
+    eps = [gw.episode(token="judge") for _ in range(12)]
+
+    def report(args: tuple[str, str, float]) -> int:
+        token, eid, value = args
+        with httpx.Client(base_url=gw.url, timeout=60) as c:
+            return c.post("/v1/feedback", json={"episode_id": eid, "reward": value},
+                          headers={"Authorization": f"Bearer {token}"}).status_code
+
+    jobs = [job for ep in eps for job in ((ep["api_key"], ep["episode_id"], 1.0), ("judge", ep["episode_id"], 0.0),
+                                          (ep["api_key"], ep["episode_id"], 1.0))]
+    with ThreadPoolExecutor(8) as ex:
+        assert set(ex.map(report, jobs)) == {200}
+    assert [gw.pool.get_episode(ep["episode_id"]).reward for ep in eps] == [0.0] * len(eps)
