@@ -88,21 +88,29 @@ async def end_episode(episode_id: str, body: EpisodeEnd | None = None, caller: C
             refused = {s: v for s, v in step_rewards.items() if AUTHORITY[higher.get(s, "agent")] > mine}
             step_rewards = {s: v for s, v in step_rewards.items() if s not in refused}
     ep = await state.episode_ender.submit(EpisodeEnding(episode_id, EpisodeStatus(body.status), reward,
-                                                        step_rewards, body.metadata))
+                                                        step_rewards, body.metadata, source=caller.reward_source))
     state.episodes.forget(episode_id)
     out = episode_json(ep)
+    # a higher authority's episode reward that landed after the check above stands (the pool checks again)
+    raced = (None if note is not None or reward is None or ep.reward == reward else
+             "a higher authority set the episode's reward while it was ending; kept in the history")
     if body.reward is not None or body.step_rewards:
-        applied = note is None
-        if not applied or caller.reward_source != "agent":  # an unrecorded reward counts as the agent's anyway
-            await state.write(state.pool.record_rewards, episode_id, caller.reward_source, body.reward,
-                              body.step_rewards if not applied else step_rewards, applied,
-                              note or "applied when the episode ended")
+        src = caller.reward_source
+        if note is not None:  # nothing of the ending's rewards applied
+            await state.write(state.pool.record_rewards, episode_id, src, body.reward, body.step_rewards, False, note)
+        else:
+            if raced:
+                await state.write(state.pool.record_rewards, episode_id, src, body.reward, None, False, raced)
+            if src != "agent":  # an unrecorded reward counts as the agent's anyway
+                await state.write(state.pool.record_rewards, episode_id, src, None if raced else body.reward,
+                                  step_rewards, True, "applied when the episode ended")
         if refused:
-            why = (f"a higher authority set these steps' rewards, which a {caller.reward_source} cannot supersede; "
+            why = (f"a higher authority set these steps' rewards, which a {src} cannot supersede; "
                    "kept in the history")
-            await state.write(state.pool.record_rewards, episode_id, caller.reward_source, None, refused, False, why)
+            await state.write(state.pool.record_rewards, episode_id, src, None, refused, False, why)
             out["step_rewards_refused"] = {s: why for s in refused}
-        out.update(reward_applied=applied, reward_source=caller.reward_source, reward_reason=note or "applied")
+        out.update(reward_applied=note is None and raced is None, reward_source=src,
+                   reward_reason=note or raced or "applied")
     return out
 
 

@@ -50,6 +50,9 @@ class EpisodeEnding:
     reward: float | None = None
     step_rewards: Mapping[str, float] | None = None
     metadata: Mapping[str, Any] | None = None
+    # who gives the rewards ("agent" | "judge" | "admin"): checked again under the episode's lock, so a
+    # higher authority's reward that landed since the caller looked is kept (None: not checked)
+    source: str | None = None
 
 
 class EpisodesMixin:
@@ -109,12 +112,14 @@ class EpisodesMixin:
             rows = _rows(c, _ROWS_LOCKED if self.dialect == "postgresql" else _ROWS, ids)
             t = now()
             updates = []
-            for e in endings:
+            for i, e in enumerate(endings):
                 row = rows.get(e.episode_id)
                 if row is None:
                     raise NotFoundError("no such episode", episode_id=e.episode_id)
                 if row["status"] != EpisodeStatus.open.value:
                     raise ConflictError(f"episode is {row['status']}, not open", episode_id=e.episode_id)
+                if e.source is not None and (e.reward is not None or e.step_rewards):
+                    e = endings[i] = _within_authority(c, e, row["reward"] is not None)
                 row.update(status=e.status.value, updated_at=t, ended_at=t)
                 if e.reward is not None:
                     row.update(reward=float(e.reward), reward_status=RewardStatus.final.value)
@@ -178,6 +183,21 @@ def _checked(e: EpisodeEnding) -> EpisodeEnding:
     for sid, r in (e.step_rewards or {}).items():
         check_reward(r, f"step_rewards[{sid}]")
     return dataclasses.replace(e, status=status)
+
+
+def _within_authority(c: sa.Connection, e: EpisodeEnding, has_reward: bool) -> EpisodeEnding:
+    """``e`` without the rewards whose target a higher authority than ``e.source`` already set."""
+    from swarm.pool.rewards import AUTHORITY, episode_authority, step_authorities
+
+    mine = AUTHORITY[e.source] if e.source in AUTHORITY else 0
+    reward = e.reward
+    if reward is not None and episode_authority(c, e.episode_id, has_reward) > mine:
+        reward = None
+    steps = dict(e.step_rewards or {})
+    if steps:
+        higher = {s for s, a in step_authorities(c, e.episode_id, list(steps)).items() if a > mine}
+        steps = {s: v for s, v in steps.items() if s not in higher}
+    return dataclasses.replace(e, reward=reward, step_rewards=steps or None)
 
 
 def _rows(c: sa.Connection, q: sa.Select, ids: list[str]) -> dict[str, dict[str, Any]]:

@@ -34,7 +34,7 @@ from swarm.records import RewardStatus, now
 if TYPE_CHECKING:
     from swarm.pool.store import Pool
 
-__all__ = ["RewardsMixin", "RewardOutcome", "AUTHORITY", "SOURCES"]
+__all__ = ["RewardsMixin", "RewardOutcome", "AUTHORITY", "SOURCES", "episode_authority", "step_authorities"]
 
 AUTHORITY = {"agent": 1, "judge": 2, "admin": 3}
 SOURCES = tuple(AUTHORITY)
@@ -143,14 +143,8 @@ class RewardsMixin:
     def step_reward_sources(self: Pool, episode_id: str, step_ids: list[str]) -> dict[str, str]:
         """The source of each of ``step_ids``' own current reward where one was applied with a record
         (steps without such a record are absent: their reward, if any, counts as the agent's)."""
-        out: dict[str, str] = {}
         with self._tx() as c:
-            for chunk in chunks(sorted(set(step_ids))):
-                q = (sa.select(RW.c.step_id, sa.func.max(RW.c.authority))
-                     .where(RW.c.episode_id == episode_id, RW.c.applied.is_(True), RW.c.step_id.in_(chunk))
-                     .group_by(RW.c.step_id))
-                out.update({sid: _NAMES[int(a)] for sid, a in c.execute(q)})
-        return out
+            return {sid: _NAMES[a] for sid, a in step_authorities(c, episode_id, step_ids).items()}
 
     def episode_reward_authority(self: Pool, episode_id: str) -> str | None:
         """The source of an episode's current reward (None: no reward yet)."""
@@ -165,6 +159,22 @@ class RewardsMixin:
         q = sa.select(RW).where(RW.c.episode_id == episode_id).order_by(RW.c.created_at, RW.c.reward_id)
         with self._tx() as c:
             return [{k: v for k, v in r.items() if k != "authority"} for r in c.execute(q).mappings()]
+
+
+def episode_authority(c: sa.Connection, episode_id: str, has_reward: bool) -> int:
+    """Authority of an episode's current reward (0: none), read in ``c``'s transaction."""
+    return _authority(c, episode_id, None, has_reward)
+
+
+def step_authorities(c: sa.Connection, episode_id: str, step_ids: list[str]) -> dict[str, int]:
+    """Authority of each of ``step_ids``' own reward applied with a record (steps without one are absent)."""
+    out: dict[str, int] = {}
+    for chunk in chunks(sorted(set(step_ids))):
+        q = (sa.select(RW.c.step_id, sa.func.max(RW.c.authority))
+             .where(RW.c.episode_id == episode_id, RW.c.applied.is_(True), RW.c.step_id.in_(chunk))
+             .group_by(RW.c.step_id))
+        out.update({sid: int(a) for sid, a in c.execute(q)})
+    return out
 
 
 def _lock_episode(c: sa.Connection, episode_id: str | None, step_id: str | None) -> None:

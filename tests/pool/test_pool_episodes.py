@@ -111,3 +111,24 @@ def test_concurrent_batches_ending_the_same_episodes_in_opposite_orders(pool: Po
             t.join()
         assert sorted(type(r).__name__ for r in results) == ["ConflictError", "list"]
         assert all(pool.get_episode(i).status == EpisodeStatus.finished for i in ids)
+
+
+def test_an_ending_with_a_source_keeps_a_higher_authoritys_rewards(pool: Pool) -> None:
+    """end_episodes checks the ending's source again under the episode's lock: a judge's episode or step
+    reward that landed after the caller looked stands; the agent's other rewards apply, and no source
+    (the pool API directly) applies all as before."""
+    ep = episode(pool)
+    s1, s2 = pool.add_steps([step(ep, 0, seed=1), step(ep, 1, seed=2)])
+    assert pool.report_reward(step_id=s1, reward=0.25, source="judge").applied
+    assert pool.report_reward(episode_id=ep.episode_id, reward=0.0, source="judge").applied
+    (ended,) = pool.end_episodes([EpisodeEnding(ep.episode_id, reward=1.0, step_rewards={s1: 1.0, s2: 0.5},
+                                                source="agent")])
+    assert ended.reward == 0.0
+    assert pool.get_step(s1, with_tokens=False).reward == 0.25 and pool.get_step(s2, with_tokens=False).reward == 0.5
+    other = episode(pool)
+    pool.report_reward(episode_id=other.episode_id, reward=0.0, source="judge")
+    (ended,) = pool.end_episodes([EpisodeEnding(other.episode_id, reward=1.0, source="admin")])
+    assert ended.reward == 1.0
+    third = episode(pool)
+    pool.report_reward(episode_id=third.episode_id, reward=0.0, source="judge")
+    assert pool.end_episode(third.episode_id, reward=1.0).reward == 1.0  # no source: unchecked, as before
