@@ -127,6 +127,7 @@ class EpisodesMixin:
                     row["meta"] = {**row["meta"], **dict(e.metadata)}
                 updates.append({"_id": e.episode_id, **{k: row[k] for k in _ENDED}})
             c.execute(_SET_EPISODE, updates)
+            _clear_below_enders(c, endings)  # first: the step rewards given with the ending then stand
             _final_step_rewards(c, endings)
             stored = _rows(c, _ROWS, ids)
         return [to_episode(stored[e.episode_id]) for e in endings]
@@ -198,6 +199,17 @@ def _within_authority(c: sa.Connection, e: EpisodeEnding, has_reward: bool) -> E
         higher = {s for s, a in step_authorities(c, e.episode_id, list(steps)).items() if a > mine}
         steps = {s: v for s, v in steps.items() if s not in higher}
     return dataclasses.replace(e, reward=reward, step_rewards=steps or None)
+
+
+def _clear_below_enders(c: sa.Connection, endings: list[EpisodeEnding]) -> None:
+    """A judge's or admin's episode reward given at the end clears the step rewards a lower authority set
+    (as the same reward reported any other way does); the step rewards given with it are set afterwards."""
+    from swarm.pool.rewards import AUTHORITY, clear_lower_step_rewards
+
+    for e in endings:
+        a = AUTHORITY.get(e.source or "", 0)
+        if e.reward is not None and a > AUTHORITY["agent"]:
+            clear_lower_step_rewards(c, e.episode_id, a)
 
 
 def _rows(c: sa.Connection, q: sa.Select, ids: list[str]) -> dict[str, dict[str, Any]]:

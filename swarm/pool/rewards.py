@@ -34,7 +34,8 @@ from swarm.records import RewardStatus, now
 if TYPE_CHECKING:
     from swarm.pool.store import Pool
 
-__all__ = ["RewardsMixin", "RewardOutcome", "AUTHORITY", "SOURCES", "episode_authority", "step_authorities"]
+__all__ = ["RewardsMixin", "RewardOutcome", "AUTHORITY", "SOURCES", "episode_authority", "step_authorities",
+           "clear_lower_step_rewards"]
 
 AUTHORITY = {"agent": 1, "judge": 2, "admin": 3}
 SOURCES = tuple(AUTHORITY)
@@ -124,7 +125,7 @@ class RewardsMixin:
                 else:
                     c.execute(E.update().where(E.c.episode_id == episode_id).values(**values, updated_at=now()))
                     if a > AUTHORITY["agent"]:
-                        _clear_lower_step_rewards(c, episode_id, a)
+                        clear_lower_step_rewards(c, episode_id, a)
         return RewardOutcome(applied, source, reason, _NAMES.get(a if applied else cur))
 
     def record_rewards(self: Pool, episode_id: str, source: str, reward: float | None,
@@ -188,7 +189,7 @@ def _lock_episode(c: sa.Connection, episode_id: str | None, step_id: str | None)
     c.execute(sa.select(E.c.episode_id).where(E.c.episode_id == episode_id).with_for_update())
 
 
-def _clear_lower_step_rewards(c: sa.Connection, episode_id: str, authority: int) -> None:
+def clear_lower_step_rewards(c: sa.Connection, episode_id: str, authority: int) -> None:
     """Step rewards of ``episode_id`` set below ``authority`` go: those steps train on the episode's reward."""
     kept = sa.select(RW.c.step_id).where(RW.c.episode_id == episode_id, RW.c.step_id.is_not(None),
                                          RW.c.applied.is_(True), RW.c.authority >= authority)

@@ -501,3 +501,19 @@ def test_concurrent_agent_and_judge_rewards_leave_the_judges(judged: Any) -> Non
     with ThreadPoolExecutor(8) as ex:
         assert set(ex.map(report, jobs)) == {200}
     assert [gw.pool.get_episode(ep["episode_id"]).reward for ep in eps] == [0.0] * len(eps)
+
+
+def test_a_judges_reward_at_the_end_clears_the_agents_step_rewards(judged: Any) -> None:
+    """A judge ending the episode with a reward supersedes the agent's own step rewards, as the same
+    reward sent as feedback does; step rewards the judge gives with it stand."""
+    gw = judged
+    ep = gw.episode(token="judge")
+    key, eid = ep["api_key"], ep["episode_id"]
+    a = gw.chat(key, [{"role": "user", "content": "a"}], max_tokens=2).json()["swarm"]["step_id"]
+    b = gw.chat(key, [{"role": "user", "content": "b"}], max_tokens=2).json()["swarm"]["step_id"]
+    for sid in (a, b):
+        assert gw.post("/v1/feedback", key, json={"step_id": sid, "reward": 1}).json()["reward_applied"] is True
+    r = gw.post(f"/v1/episodes/{eid}/end", "judge", json={"reward": 0, "step_rewards": {b: 0.5}})
+    assert r.status_code == 200 and r.json()["reward_applied"] is True, r.text
+    assert gw.pool.get_step(a, with_tokens=False).reward == 0.0  # its own cleared: it trains on the episode's 0
+    assert gw.pool.get_step(b, with_tokens=False).reward == 0.5 and gw.pool.get_episode(eid).reward == 0.0
