@@ -28,7 +28,10 @@ __all__ = ["HostCheck", "host_name"]
 
 def host_name(host: str) -> str:
     """The name part of a Host header value, lower-cased (``[::1]:80`` -> ``::1``; ``a.b:1`` -> ``a.b``)."""
-    # urlsplit knows bracketed IPv6 literals and ports; a malformed value gives no hostname
+    # urlsplit knows bracketed IPv6 literals and ports; a malformed value gives no hostname. It would also
+    # read "evil.example@127.0.0.1" or "127.0.0.1/x" as loopback: a Host header holds a name and a port only
+    if any(ch in host for ch in "@/?#\\ \t"):
+        return ""
     try:
         return (urlsplit(f"//{host}").hostname or "").rstrip(".")
     except ValueError:

@@ -168,7 +168,8 @@ def test_foreign_host_names_are_refused_without_tokens(make_gateway: Any) -> Non
     """DNS rebinding: without tokens only loopback Host names (and configured ones) are served."""
     gw = make_gateway(allowed_hosts=("gw.internal",))
     port = gw.url.rsplit(":", 1)[1]
-    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", "10.0.0.1", "[::2]", "", "a b"):
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", "10.0.0.1", "[::2]", "", "a b",
+                 "evil.example@127.0.0.1", "127.0.0.1/x", "127.0.0.1#x", "localhost?x"):
         r = gw.http.get("/v1/pool/steps", headers={"Host": host})
         assert r.status_code == 421, (host, r.status_code)
         assert r.json()["error"]["code"] == "host_not_allowed"
