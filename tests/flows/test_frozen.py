@@ -33,7 +33,7 @@ def test_werewolves_against_a_frozen_wider_policy(flow_config) -> None:
     cfg = flow_config("+task=werewolves", "task.options.opponents=policy:wolfbot",
                       "+model@frozen_policies.wolfbot=tiny_wide", "train.updates=2", "task.group_size=2",
                       "batching.min_groups=1", "runner.workers=2",
-                      "model.warmup=word_chain")  # plumbing, not learning: skip building the reading warm-up
+                      "model.warmup=word_chain")  # plumbing, not learning
     summary = train_flow(cfg)
     assert summary["status"] == "FINISHED" and summary["updates"] == 2
     metrics = mlflow.tracking.MlflowClient(tracking_uri=cfg["mlflow"]["tracking_uri"]).get_run(summary["run_id"]).data

@@ -97,7 +97,8 @@ def test_werewolves_per_role_updates_every_policy(flow_config) -> None:
     Transcript observations: each seat is one multi-turn conversation, so later calls must extend
     earlier ones token for token (the compact default is one single-turn prompt per decision)."""
     cfg = flow_config("+task=werewolves_per_role", "train.updates=2", "task.options.observation=transcript",
-                      "model.warmup=word_chain")  # plumbing, not learning: skip building the reading warm-up
+                      "batching.min_groups=2",
+                      "model.warmup=word_chain")  # plumbing, not learning
     summary = train_flow(cfg)
     assert summary["status"] == "FINISHED" and summary["updates"] == 2
     client = mlflow.tracking.MlflowClient(tracking_uri=cfg["mlflow"]["tracking_uri"])
