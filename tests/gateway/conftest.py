@@ -65,6 +65,12 @@ def gateway(make_gateway: Callable[..., Gateway]) -> Gateway:
     return make_gateway()
 
 
+@pytest.fixture
+def gw(make_gateway: Callable[..., Gateway], pool_url: str) -> Gateway:
+    """A gateway with an admin token ("adm"), on each pool backend: the trust tests' server."""
+    return make_gateway(EchoBackend(max_context=4096), pool=Pool(pool_url), admin_token="adm")
+
+
 @pytest.fixture(scope="session")
 def hf_backend(tiny_model_path: Path) -> Iterator[Any]:
     from swarm.policy.hf import HFBackend

@@ -18,12 +18,6 @@ from swarm.stack import start_stack
 ADMIN = {"Authorization": "Bearer adm"}
 
 
-@pytest.fixture
-def gw(make_gateway: Any, pool_url: str) -> Any:
-    """A gateway with an admin token, on each pool backend."""
-    return make_gateway(EchoBackend(max_context=4096), pool=Pool(pool_url), admin_token="adm")
-
-
 def test_unstorable_inputs_are_400_before_any_write(gw: Any) -> None:
     ep = gw.episode()
     key, eid = ep["api_key"], ep["episode_id"]

@@ -16,12 +16,6 @@ ADMIN = {"Authorization": "Bearer adm"}
 JSON = {"Content-Type": "application/json"}
 
 
-@pytest.fixture
-def gw(make_gateway: Any, pool_url: str) -> Any:
-    """A gateway with an admin token, on each pool backend."""
-    return make_gateway(EchoBackend(max_context=4096), pool=Pool(pool_url), admin_token="adm")
-
-
 def test_lone_surrogates_are_400_naming_the_field(gw: Any) -> None:
     ep = gw.episode()
     key, eid = ep["api_key"], ep["episode_id"]
