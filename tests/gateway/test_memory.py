@@ -52,6 +52,8 @@ def test_defaults_agree_between_code_config_and_docs() -> None:
     for key, value in conf.items():
         if hasattr(defaults, key) and key not in ("base_url",):
             value = tuple(value) if isinstance(value, list) else value  # YAML lists are the settings' tuples
+            if value is None and getattr(defaults, key) == {}:  # null in YAML: Hydra refuses a dict override of {}
+                continue
             assert getattr(defaults, key) == value, (key, value, getattr(defaults, key))
     assert defaults.max_whitebox_body_bytes == 64 * 1024 * 1024
     assert "| `max_whitebox_body_bytes` | 64 MiB |" in (REPO / "docs" / "gateway.md").read_text()
