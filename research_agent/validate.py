@@ -103,7 +103,7 @@ class ValidateSettings:
 
 
 def dry_run_model(policy: str) -> Path | None:
-    """The tiny warm-started checkpoint for ``policy=tiny`` (built once and cached on disk), else None."""
+    """The tiny warm-started checkpoint for ``policy=tiny`` (shipped, copied into the cache and checked), else None."""
     if policy == "echo":
         return None
     if policy != "tiny":
