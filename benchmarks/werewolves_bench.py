@@ -30,7 +30,6 @@ The last line is ``werewolves: eval win rate <A>% -> <B>% (<n> games each, 95% C
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -216,7 +215,9 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
     if cfg["model"].get("backend") == "hf":  # the tiny model is built once with its warm-up, then cached
         t_model = time.time()
         path = Path(model_path(cfg["model"]))
-        digest = hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()[:16]
+        from swarm.policy.shipped import sha256_file
+
+        digest = sha256_file(path / "model.safetensors")[:16]
         log(f"model ready in {time.time() - t_model:.0f}s "
             f"({cfg['model'].get('path') or 'tiny, warm-up ' + str(cfg['model'].get('warmup'))}; "
             f"model.safetensors sha256 {digest}, the same on every machine for a shipped checkpoint)")

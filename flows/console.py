@@ -37,16 +37,10 @@ def where(*, gateway: str, run_dir: Path, mlflow_uri: str, experiment: str, run_
 
 def _weights_digest(folder: Path) -> str:
     """`` (model.safetensors sha256 abcd...)`` for a local checkpoint folder, else empty (a hub id)."""
-    import hashlib
+    from swarm.policy.shipped import sha256_file
 
     weights = folder / "model.safetensors"
-    if not weights.is_file():
-        return ""
-    h = hashlib.sha256()
-    with weights.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return f" (model.safetensors sha256 {h.hexdigest()[:16]})"
+    return f" (model.safetensors sha256 {sha256_file(weights)[:16]})" if weights.is_file() else ""
 
 
 class TrainProgress:

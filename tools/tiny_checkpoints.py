@@ -110,10 +110,13 @@ def main() -> None:
     bad = sorted(set(names) - set(SHIPPED_WARMUPS))
     if bad:
         ap.error(f"{bad[0]} is not shipped; choose from {', '.join(SHIPPED_WARMUPS)}")
-    {"checksums": checksums, "build": build}.get(a.command, lambda: None)()
-    if a.command == "check":
+    if a.command == "checksums":
+        checksums()
+    elif a.command == "build":
+        build()
+    elif a.command == "check":
         check(names)
-    elif a.command == "cpu-check":
+    else:
         cpu_check(names)
 
 

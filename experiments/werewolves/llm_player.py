@@ -24,6 +24,7 @@ model's context) the seat plays the rest of the game by the rules, without penal
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Callable, Collection
 from typing import Any
@@ -96,13 +97,12 @@ def openai_chat(client: Any, model: str, temperature: float, max_tokens: int, se
     With ``seed`` the k-th call asks for sampling seed ``sha256(f"{seed}:{k}")`` (OpenAI's ``seed``), so the
     same weights sample the same replies whatever else the backend is serving at the time.
     """
-    calls = [0]
+    calls = itertools.count()
 
     def chat(messages: list[dict[str, Any]], response_format: dict[str, Any] | None) -> tuple[str, str | None]:
         extra: dict[str, Any] = {"response_format": response_format} if response_format is not None else {}
         if seed is not None:
-            extra["seed"] = int.from_bytes(hashlib.sha256(f"{seed}:{calls[0]}".encode()).digest()[:7], "big")
-            calls[0] += 1
+            extra["seed"] = int.from_bytes(hashlib.sha256(f"{seed}:{next(calls)}".encode()).digest()[:7], "big")
         resp = client.chat.completions.create(model=model, messages=messages, temperature=temperature,
                                               max_tokens=max_tokens, **extra)
         swarm = (resp.model_extra or {}).get("swarm") or {}

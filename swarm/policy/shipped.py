@@ -31,8 +31,8 @@ from typing import Any
 
 from swarm.errors import ChecksumError
 
-__all__ = ["SHIPPED_DIR", "MANIFEST", "SHIPPED_WARMUPS", "manifest", "shipped_entry", "file_digests", "mismatches",
-           "install", "ship", "quality"]
+__all__ = ["SHIPPED_DIR", "MANIFEST", "SHIPPED_WARMUPS", "manifest", "shipped_entry", "sha256_file", "file_digests",
+           "mismatches", "install", "ship", "quality"]
 
 log = logging.getLogger(__name__)
 SHIPPED_DIR = Path(__file__).parent / "checkpoints"
@@ -51,9 +51,18 @@ def shipped_entry(name: str) -> dict[str, Any] | None:
     return manifest().get(name)
 
 
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks (a real model's weights are GBs)."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def file_digests(folder: Path) -> dict[str, str]:
     """sha256 of every plain file in ``folder`` (not recursive), by file name."""
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+    return {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file()}
 
 
 def mismatches(folder: Path, files: dict[str, str]) -> list[str]:
@@ -61,7 +70,7 @@ def mismatches(folder: Path, files: dict[str, str]) -> list[str]:
     bad = []
     for name, digest in files.items():
         p = folder / name
-        if not p.is_file() or hashlib.sha256(p.read_bytes()).hexdigest() != digest:
+        if not p.is_file() or sha256_file(p) != digest:
             bad.append(name)
     return bad
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["TinySpec", "ensure_tiny_model", "ensure_family_model", "default_cache_dir", "TEMPLATES_DIR", "load_template",
-           "SPECIAL_TOKENS", "exact_normal_", "tiny_key"]
+           "SPECIAL_TOKENS", "exact_normal_", "tiny_key", "warmup_key_of"]
 
 log = logging.getLogger(__name__)
 TEMPLATES_DIR = Path(__file__).parent / "templates"
@@ -115,7 +115,7 @@ def ensure_tiny_model(
     spec = spec or TinySpec()
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     if warmup is not None and warmup_key is None:
-        warmup_key = getattr(warmup, "cache_key", None) or f"{warmup.__module__}.{warmup.__qualname__}"
+        warmup_key = warmup_key_of(warmup)
     key = tiny_key(spec, seed, warmup_key)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     final = cache / f"tiny-llama-s{seed}-{digest}"
@@ -149,6 +149,11 @@ def ensure_tiny_model(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def warmup_key_of(warmup: Warmup) -> str:
+    """A warm-up's default cache key: its ``cache_key`` attribute, else its qualified name."""
+    return getattr(warmup, "cache_key", None) or f"{warmup.__module__}.{warmup.__qualname__}"
 
 
 def tiny_key(spec: TinySpec, seed: int, warmup_key: str | None) -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -13,7 +12,7 @@ import pytest
 
 from swarm.errors import ChecksumError
 from swarm.policy import shipped
-from swarm.policy.tiny import TinySpec, ensure_tiny_model, tiny_key
+from swarm.policy.tiny import TinySpec, ensure_tiny_model, tiny_key, warmup_key_of
 from swarm.policy.warmup import get_warmup
 
 # sha256 over (name, float32 bytes) of every tensor of the seed-0 tiny model without warm-up, as built on a
@@ -46,8 +45,7 @@ def test_every_shipped_checkpoint_matches_its_manifest_and_its_key() -> None:
         key = json.loads((shipped.SHIPPED_DIR / name / "swarm_tiny.json").read_text())
         assert {k: key[k] for k in key if k != "build_s"} == entry["key"]
         assert key == {**tiny_key(TinySpec(), key["seed"], key["warmup"]), "build_s": key["build_s"]}
-        fn = get_warmup(entry["warmup"])
-        assert key["warmup"] == (getattr(fn, "cache_key", None) or f"{fn.__module__}.{fn.__qualname__}")
+        assert key["warmup"] == warmup_key_of(get_warmup(entry["warmup"]))
         assert entry["built_on"] and entry["quality"]["word_chain_loss"] > 0
 
 
@@ -57,8 +55,7 @@ def test_a_shipped_warmup_loads_from_the_repo_not_a_build(tmp_path, warmup: str)
         raise AssertionError("a shipped checkpoint was built")
 
     fn = get_warmup(warmup)
-    path = ensure_tiny_model(cache_dir=tmp_path, warmup=no_build, warmup_key=getattr(fn, "cache_key", None)
-                             or f"{fn.__module__}.{fn.__qualname__}")
+    path = ensure_tiny_model(cache_dir=tmp_path, warmup=no_build, warmup_key=warmup_key_of(fn))
     entry = shipped.shipped_entry(path.name)
     assert entry is not None and shipped.file_digests(path) == entry["files"]
     assert ensure_tiny_model(cache_dir=tmp_path, warmup=fn) == path
@@ -114,7 +111,7 @@ def test_a_rebuild_here_matches_the_shipped_word_chain_model(tmp_path) -> None:
     built = ensure_tiny_model(cache_dir=tmp_path, warmup=fn, rebuild=True)
     entry = shipped.shipped_entry(built.name)
     assert entry is not None
-    same = hashlib.sha256((built / "model.safetensors").read_bytes()).hexdigest() == entry["files"]["model.safetensors"]
+    same = shipped.sha256_file(built / "model.safetensors") == entry["files"]["model.safetensors"]
     loss = shipped.quality(built, "word_chain")["word_chain_loss"]
     print(f"rebuild: identical bytes {same}, held-out loss {loss} (shipped {entry['quality']['word_chain_loss']}, "
           f"{torch.backends.cpu.get_cpu_capability()} kernels; shipped built on {entry['built_on']})")
