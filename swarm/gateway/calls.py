@@ -64,6 +64,7 @@ class CallPlan:
     include_usage: bool = False
     tool_calls: bool = True  # False with tool_choice "none" emulated here: replies are content only
     idempotency_key: str | None = None  # the client's Idempotency-Key header: a repeat returns these steps
+    metadata: dict[str, Any] = field(default_factory=dict)  # added to each step's (e.g. the client's protocol)
     t0: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -248,6 +249,7 @@ def _steps(plan: CallPlan, gens: list[Generation], base_index: int, parent: str 
         if exact is not None and not exact(plan.policy):  # e.g. an upstream API: its tokens are unknown here
             consistent = False
             meta["prefix_reason"] = "the backend's model tokenizes for itself: no exact token ids"
+        meta.update(plan.metadata)
         if len(gens) > 1:
             meta["siblings"] = ids
         if plan.idempotency_key is not None:

@@ -32,7 +32,7 @@ from swarm.gateway.openai_format import (
 from swarm.gateway.state import GatewayState
 from swarm.policy.base import Generation, TokenDelta
 
-__all__ = ["open_stream", "chat_events", "completion_events", "Holdback"]
+__all__ = ["open_stream", "chat_events", "chat_chunks", "completion_events", "Holdback"]
 
 log = logging.getLogger("swarm.gateway")
 
@@ -115,6 +115,23 @@ async def _close(it: AsyncIterator[Any]) -> None:
 
 
 async def chat_events(state: GatewayState, plan: CallPlan, first: Any, it: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+    """The chat stream as SSE bytes: :func:`chat_chunks`, then ``[DONE]``; a failure is an in-band error event."""
+    chunks = chat_chunks(state, plan, first, it)
+    try:
+        async for chunk in chunks:
+            yield _sse(chunk)
+        yield b"data: [DONE]\n\n"
+    except Exception as exc:  # headers are out: report in-band
+        yield _error_event(exc)
+    finally:
+        await chunks.aclose()
+
+
+async def chat_chunks(state: GatewayState, plan: CallPlan, first: Any, it: AsyncIterator[Any]) -> AsyncIterator[dict]:
+    """Chat completion chunks (dicts) as the backend samples; the steps are stored before the closing chunks.
+
+    Raises on failure (the caller reports it in its protocol's shape); other protocols translate these chunks.
+    """
     cid, created, model, n = plan.cid, plan.created, plan.policy, plan.request.sampling.n
     own = getattr(state.backend, "tool_call_markers", None)  # the policy's tool parser (model.tool_parser)
     markers = (state.settings.tool_call_markers + (tuple(own(plan.policy)) if own else ())) if plan.request.tools else ()
@@ -122,16 +139,16 @@ async def chat_events(state: GatewayState, plan: CallPlan, first: Any, it: Async
     gens: list[Generation] = []
     try:
         for i in range(n):
-            yield _sse(chat_chunk(cid, created, model, [
-                {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]))
+            yield chat_chunk(cid, created, model, [
+                {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}])
         async for item in _items(first, it):
             if isinstance(item, TokenDelta):
                 text = holds[item.index].push(item.text) if 0 <= item.index < n else ""
                 lp = (chat_logprobs(state.backend, model, item.token_ids, item.logprobs, item.top_logprobs,
                                     item.logprobs_content) if plan.want_logprobs else None)
                 if text or lp:
-                    yield _sse(chat_chunk(cid, created, model, [
-                        {"index": item.index, "delta": {"content": text}, "logprobs": lp, "finish_reason": None}]))
+                    yield chat_chunk(cid, created, model, [
+                        {"index": item.index, "delta": {"content": text}, "logprobs": lp, "finish_reason": None}])
             elif isinstance(item, Generation):
                 gens.append(item)
         if len(gens) != n:
@@ -143,21 +160,18 @@ async def chat_events(state: GatewayState, plan: CallPlan, first: Any, it: Async
             sent = holds[i].sent
             rest = content[len(sent):] if content.startswith(sent) else ""
             if rest:
-                yield _sse(chat_chunk(cid, created, model, [
-                    {"index": i, "delta": {"content": rest}, "logprobs": None, "finish_reason": None}]))
+                yield chat_chunk(cid, created, model, [
+                    {"index": i, "delta": {"content": rest}, "logprobs": None, "finish_reason": None}])
             if s.tool_calls:
                 calls = [{"index": k, **c} for k, c in enumerate(s.tool_calls)]
-                yield _sse(chat_chunk(cid, created, model, [
-                    {"index": i, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}]))
+                yield chat_chunk(cid, created, model, [
+                    {"index": i, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}])
             finish = "tool_calls" if s.tool_calls else (g.finish_reason if g.finish_reason == "length" else "stop")
-            yield _sse(chat_chunk(cid, created, model, [
-                {"index": i, "delta": {}, "logprobs": None, "finish_reason": finish}], swarm=_swarm(steps, i)))
+            yield chat_chunk(cid, created, model, [
+                {"index": i, "delta": {}, "logprobs": None, "finish_reason": finish}], swarm=_swarm(steps, i))
         if plan.include_usage:
-            yield _sse(chat_chunk(cid, created, model, [],
-                                  usage=usage(len(gens[0].prompt_ids), sum(len(g.response_ids) for g in gens))))
-        yield b"data: [DONE]\n\n"
-    except Exception as exc:  # headers are out: report in-band
-        yield _error_event(exc)
+            yield chat_chunk(cid, created, model, [],
+                             usage=usage(len(gens[0].prompt_ids), sum(len(g.response_ids) for g in gens)))
     finally:
         await _close(it)
 
