@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from swarm.train.config import LoraSpec, TrainConfig
 
-__all__ = ["ConfigError", "RunConfig", "TaskSection", "TrainSection", "BatchingSection", "MlflowSection",
+__all__ = ["ConfigError", "RunConfig", "RewardSection", "TaskSection", "TrainSection", "BatchingSection", "MlflowSection",
            "validate", "check_pool_url", "check_task", "unknown_key_hint", "workers_elsewhere", "lora_spec",
            "make_train_config"]
 
@@ -30,6 +30,36 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class RewardSection(_Section):
+    """``task.reward``: where the episodes' rewards come from (conf/reward/judge.yaml, docs/judge.md).
+
+    ``kind: task`` (the default, no block): the task package's own reward. ``kind: judge``: an LLM
+    judge scores complete groups (:class:`swarm.judge.JudgeSpec` checks the values).
+    """
+
+    kind: Literal["task", "judge"] = "task"
+    policy: str = "judge"
+    rubric: str | None = None
+    scale: list[int] = Field(default_factory=lambda: [0, 10])
+    view: Literal["final", "transcript"] = "transcript"
+    chunk_size: int = 8
+    max_tokens: int = 160
+    max_chars: int = 600
+    retries: int = 2
+    weights: dict[str, float] = Field(default_factory=lambda: {"judge": 1.0, "task": 0.0})
+    timeout_s: float = 120.0
+    poll_s: float = Field(default=0.5, gt=0)
+    pool_url: str | None = None  # filled from pool.url by validate(): the judge reads and rewards this pool
+
+    @model_validator(mode="after")
+    def _judge_spec(self) -> RewardSection:
+        if self.kind == "judge":
+            from swarm.judge.spec import JudgeSpec
+
+            JudgeSpec.from_config({k: v for k, v in self.model_dump().items() if v is not None})
+        return self
+
+
 class TaskSection(_Section):
     name: str = Field(min_length=1)
     group_size: int = Field(ge=1)
@@ -38,6 +68,7 @@ class TaskSection(_Section):
     episode_timeout_s: float = Field(gt=0)
     eval_every: int = Field(default=0, ge=0)
     options: dict[str, Any] = Field(default_factory=dict)
+    reward: RewardSection | None = None  # None: the task's own reward
 
 
 class TrainSection(_Section):
@@ -99,6 +130,11 @@ class RunConfig(_Section):
             if not model.get("backend"):
                 raise ValueError(f"frozen_policies.{name}.backend: missing; give a model config, e.g. "
                                  f"+model@frozen_policies.{name}=upstream or +frozen_policies.{name}.backend=hf")
+        judge = self.task.reward
+        if judge is not None and judge.kind == "judge" and judge.policy not in (*self.policies, *self.frozen_policies):
+            raise ValueError(f"task.reward.policy={judge.policy!r}: no such policy; serve a judge with "
+                             f"+model@frozen_policies.{judge.policy}=tiny (or =upstream), or name one of "
+                             f"{[*self.policies, *self.frozen_policies]}")
         grpo = self.algo.get("name") == "grpo" or self.algo.get("group_by") is not None
         if grpo and self.task.group_size < 2:
             raise ValueError(f"task.group_size={self.task.group_size}: GRPO compares the episodes of a group, "
@@ -115,13 +151,30 @@ class RunConfig(_Section):
         return self.model_dump(mode="json")
 
 
+def _judge_wiring(data: dict[str, Any]) -> dict[str, Any]:
+    """With ``task.reward.kind=judge``: the judge rewards the run's pool (``task.reward.pool_url``), and the
+    gateway keeps the agent's own reward of the task in the history (``gateway.reward_authority.<task>:
+    judge``) so no group trains before the judge scores it. Explicit settings are kept."""
+    task = data.get("task")
+    reward = task.get("reward") if isinstance(task, dict) else None
+    if not isinstance(reward, dict) or reward.get("kind") != "judge":
+        return data
+    pool = data.get("pool") if isinstance(data.get("pool"), dict) else {}
+    gateway = dict(data.get("gateway") or {})
+    authority = dict(gateway.get("reward_authority") or {})
+    authority.setdefault(str(task.get("name")), "judge")
+    gateway["reward_authority"] = authority
+    reward = {**reward, "pool_url": reward.get("pool_url") or pool.get("url")}
+    return {**data, "task": {**task, "reward": reward}, "gateway": gateway}
+
+
 def _where(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc)
 
 
 def validate(resolved: dict[str, Any], overrides: list[str] | None = None) -> RunConfig:
     """The RunConfig of a resolved config tree; raises :class:`ConfigError` with one line per problem."""
-    data = {k: v for k, v in resolved.items() if k != "hydra"}
+    data = _judge_wiring({k: v for k, v in resolved.items() if k != "hydra"})
     if overrides is not None:
         data["overrides"] = list(overrides)
     try:
@@ -137,6 +190,8 @@ def validate(resolved: dict[str, Any], overrides: list[str] | None = None) -> Ru
                 lines.append(f"{key}: unknown key{hint}")
             elif err["type"] == "missing":
                 lines.append(f"{key}: missing (set {key}=...)")
+            elif key and msg.startswith(key + "."):  # the message names its key already (task.reward.<key>)
+                lines.append(msg)
             elif key:
                 lines.append(f"{key}={_value(data, err['loc'])}: {msg}")
             else:

@@ -30,7 +30,7 @@ from prefect.cache_policies import NONE
 
 from swarm.client import WorkerConfig, run_worker
 
-__all__ = ["worker_config", "thread_worker", "process_worker", "process_command", "ray_worker", "RayWorkers",
+__all__ = ["worker_config", "judge_worker", "thread_worker", "process_worker", "process_command", "ray_worker", "RayWorkers",
            "ray_init_kwargs", "start_ray_workers", "start_workers"]
 
 
@@ -79,6 +79,23 @@ def process_worker(cfg: WorkerConfig, stop: threading.Event, procs: list[subproc
         elif not stop.is_set():
             restarts += 1
     return restarts
+
+
+@task(name="judge", cache_policy=NONE)
+def judge_worker(reward: dict[str, Any], server: str, task_name: str, group_size: int,
+                 stop: threading.Event) -> dict[str, int]:
+    """Judge the task's complete groups until ``stop`` (``task.reward.kind=judge``, swarm/judge); in this
+    process whatever the runner, since it reports rewards to the pool with the judge's authority."""
+    from swarm.judge import GroupJudge, JudgeSpec
+    from swarm.pool import Pool
+
+    pool = Pool(os.environ.get("SWARM_POOL_URL") or str(reward["pool_url"]))
+    judge = GroupJudge(pool, server, JudgeSpec.from_config(reward), task_name, group_size)
+    try:
+        return judge.run(stop, float(reward.get("poll_s", 0.5)))
+    finally:
+        judge.close()
+        pool.close()
 
 
 # -- runner=ray ---------------------------------------------------------------------------------
@@ -275,7 +292,17 @@ def start_ray_workers(runner: dict[str, Any], server: str, task_cfg: dict[str, A
 
 def start_workers(runner: dict[str, Any], server: str, task_cfg: dict[str, Any], seed: int, agree_every: int,
                   stop: threading.Event, procs: list[subprocess.Popen]) -> list[Any]:
-    """Submit the client workers the ``runner`` config group asks for; returns their Prefect futures."""
+    """Submit the client workers the ``runner`` config group asks for, and the judge when the task's reward
+    is ``judge``; returns their Prefect futures."""
+    clients = _client_workers(runner, server, task_cfg, seed, agree_every, stop, procs)
+    reward = task_cfg.get("reward") or {}
+    if reward.get("kind") == "judge":
+        clients.append(judge_worker.submit(reward, server, task_cfg["name"], int(task_cfg["group_size"]), stop))
+    return clients
+
+
+def _client_workers(runner: dict[str, Any], server: str, task_cfg: dict[str, Any], seed: int, agree_every: int,
+                    stop: threading.Event, procs: list[subprocess.Popen]) -> list[Any]:
     workers = int(runner["workers"])
     if runner["kind"] == "process":
         return [process_worker.submit(worker_config(server, task_cfg, workers, None, agree_every=agree_every),
