@@ -19,7 +19,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from swarm.dashboard import mount_dashboard
-from swarm.gateway import routes_episodes, routes_ingest, routes_openai, routes_pool, sync
+from swarm.gateway import (
+    routes_episodes,
+    routes_ingest,
+    routes_messages,
+    routes_openai,
+    routes_pool,
+    routes_responses,
+    sync,
+)
 from swarm.gateway.deps import State
 from swarm.gateway.errors import install_error_handlers
 from swarm.gateway.hosts import HostCheck, host_name
@@ -132,7 +140,7 @@ def create_app(pool: Pool, backend: PolicyBackend, settings: GatewaySettings | N
         policies = st.backend.policies()
         return {"status": "ok", "policies": policies, "versions": {p: st.backend.version(p) for p in policies}}
 
-    for module in (routes_openai, routes_episodes, routes_ingest, routes_pool, sync):
+    for module in (routes_openai, routes_responses, routes_messages, routes_episodes, routes_ingest, routes_pool, sync):
         app.include_router(module.router)
     mount_dashboard(app)
     return app

@@ -1,0 +1,171 @@
+"""Other client protocols over the one chat-completions path: run a translated call, get chat chunks back.
+
+A protocol module (:mod:`swarm.gateway.responses_api`, :mod:`swarm.gateway.messages_api`) turns its
+request into a :class:`~swarm.gateway.schemas.ChatCompletionRequest`; :func:`run_chat` prepares,
+generates and stores it exactly as ``/v1/chat/completions`` does (episode key, prefix-consistent
+prompt ids, constraints, group commit, ``Idempotency-Key`` replay) and hands back OpenAI chat
+completion *chunks* (dicts). A non-streamed call is cut into the same chunks, so each protocol has
+one :class:`Translator` for its JSON body and its event stream alike.
+
+It does not parse or format any protocol's own shapes; that is the protocol modules' job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from swarm.errors import SwarmError
+from swarm.gateway.auth import Caller
+from swarm.gateway.calls import generate, prepare_chat, replayed, store, stored_call
+from swarm.gateway.errors import ApiError, from_swarm_error
+from swarm.gateway.openai_format import chat_chunk, chat_logprobs, chat_message, usage
+from swarm.gateway.schemas import ChatCompletionRequest
+from swarm.gateway.state import GatewayState
+from swarm.gateway.streaming import chat_chunks, open_stream
+from swarm.policy.base import Generation
+from swarm.records import Step
+
+__all__ = ["ChatRun", "Translator", "run_chat", "as_api_error", "sse_frame", "translated_events", "collect"]
+
+log = logging.getLogger("swarm.gateway")
+
+
+@dataclass
+class ChatRun:
+    """One chat call under way: its id (the steps' ``response_id``), sizes, and its chunks."""
+
+    cid: str
+    created: int
+    model: str
+    episode_id: str
+    prompt_tokens: int
+    chunks: AsyncIterator[dict[str, Any]]
+    replayed: bool = False
+
+
+class Translator(Protocol):
+    """Turns chat chunks into one protocol's events, collecting its final body on the way."""
+
+    def start(self) -> list[dict[str, Any]]: ...
+    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]: ...
+    def end(self) -> list[dict[str, Any]]: ...
+    def body(self) -> dict[str, Any]: ...
+    def error(self, err: ApiError) -> dict[str, Any]: ...
+
+
+def renamed(err: ApiError, params: dict[str, str]) -> ApiError:
+    """``err`` with a chat parameter name (``max_tokens``, ``messages.3``...) replaced by the protocol's."""
+    for chat, own in params.items():
+        if err.param is not None and (err.param == chat or err.param.startswith(chat + ".")):
+            msg = own + err.message[len(chat):] if err.message.startswith(chat) else err.message
+            return ApiError(err.status, msg, code=err.code, param=own, type=err.type)
+    return err
+
+
+def as_api_error(exc: BaseException) -> ApiError:
+    """Any failure as an :class:`ApiError` (an unexpected one is logged and becomes a 500)."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, SwarmError):
+        return from_swarm_error(exc)
+    log.error("call failed", exc_info=exc)
+    return ApiError(500, f"internal error: {type(exc).__name__}", type="server_error")
+
+
+def _swarm(s: Step, **extra: Any) -> dict[str, Any]:
+    return {"step_id": s.step_id, "policy_version": s.policy_version, "prefix_consistent": s.prefix_consistent, **extra}
+
+
+async def _result_chunks(cid: str, created: int, model: str, gens: list[Generation], steps: list[Step],
+                         logprobs: list[dict[str, Any] | None], replay: bool) -> AsyncIterator[dict[str, Any]]:
+    """A finished call as the chunks a stream of it would have sent (text, tool calls, finish, usage)."""
+    for i, (g, s) in enumerate(zip(gens, steps, strict=True)):
+        msg = chat_message(g, s.tool_calls)
+        yield chat_chunk(cid, created, model, [{"index": i, "delta": {"role": "assistant", "content": ""},
+                                                "logprobs": None, "finish_reason": None}])
+        if msg.get("content") or logprobs[i]:
+            yield chat_chunk(cid, created, model, [{"index": i, "delta": {"content": msg.get("content") or ""},
+                                                    "logprobs": logprobs[i], "finish_reason": None}])
+        if s.tool_calls:
+            calls = [{"index": k, **c} for k, c in enumerate(s.tool_calls)]
+            yield chat_chunk(cid, created, model, [{"index": i, "delta": {"tool_calls": calls}, "logprobs": None,
+                                                    "finish_reason": None}])
+        finish = "tool_calls" if s.tool_calls else ("length" if g.finish_reason == "length" else "stop")
+        yield chat_chunk(cid, created, model, [{"index": i, "delta": {}, "logprobs": None, "finish_reason": finish}],
+                         swarm=_swarm(s, **({"replayed": True} if replay else {})))
+    yield chat_chunk(cid, created, model, [], usage=usage(len(gens[0].prompt_ids), sum(len(g.response_ids) for g in gens)))
+
+
+async def run_chat(state: GatewayState, caller: Caller, body: ChatCompletionRequest, *, cid: str, protocol: str,
+                   key: str | None, params: dict[str, str]) -> ChatRun:
+    """Run ``body`` through the chat path (streamed if ``body.stream``); every refusal is raised here, before any chunk.
+
+    ``cid`` becomes the steps' ``response_id`` (the id the protocol shows its client); ``protocol`` is
+    recorded in each step's ``metadata.protocol``; ``params`` renames chat parameters in errors.
+    """
+    assert caller.episode_id is not None
+    if key is not None:
+        steps = await stored_call(state, caller.episode_id, key, "chat")
+        if steps:
+            first = steps[0]
+            return ChatRun(first.metadata.get("call_id", first.step_id), int(first.created_at), first.policy,
+                           first.episode_id, len(first.prompt_ids),
+                           _result_chunks(first.metadata.get("call_id", first.step_id), int(first.created_at),
+                                          first.policy, replayed(steps), steps, [None] * len(steps), True),
+                           replayed=True)
+    try:
+        plan = await prepare_chat(state, caller, body)
+    except ApiError as err:
+        raise renamed(err, params) from err
+    plan.cid, plan.idempotency_key, plan.include_usage = cid, key, True
+    plan.metadata = {"protocol": protocol}
+    prompt_tokens = len(plan.prompt.prompt_ids)
+    if body.stream:
+        first, it = await open_stream(state, plan)
+        return ChatRun(cid, plan.created, plan.policy, caller.episode_id, prompt_tokens,
+                       chat_chunks(state, plan, first, it))
+    gens = await generate(state, plan)
+    steps = await store(state, plan, gens)
+    if steps[0].metadata.get("call_id") != plan.cid:  # a concurrent repeat stored first: answer with its reply
+        cid = steps[0].metadata.get("call_id", cid)
+        gens = replayed(steps)
+    lps = [chat_logprobs(state.backend, plan.policy, g.response_ids, g.logprobs, g.top_logprobs, g.logprobs_content)
+           if plan.want_logprobs else None for g in gens]
+    return ChatRun(cid, plan.created, plan.policy, caller.episode_id, prompt_tokens,
+                   _result_chunks(cid, plan.created, plan.policy, gens, steps, lps, False))
+
+
+def sse_frame(event: dict[str, Any]) -> bytes:
+    """One server-sent event named by its ``type`` (both the Responses and the Messages streams do so)."""
+    return f"event: {event['type']}\ndata: ".encode() + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def translated_events(tr: Translator, run: ChatRun) -> AsyncIterator[bytes]:
+    """The protocol's SSE stream for ``run``; a failure after the headers went out is an in-band error event."""
+    try:
+        for ev in tr.start():
+            yield sse_frame(ev)
+        async for chunk in run.chunks:
+            for ev in tr.feed(chunk):
+                yield sse_frame(ev)
+        for ev in tr.end():
+            yield sse_frame(ev)
+    except Exception as exc:  # headers are out: report in-band
+        yield sse_frame(tr.error(as_api_error(exc)))
+    finally:
+        aclose = getattr(run.chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+async def collect(tr: Translator, run: ChatRun) -> dict[str, Any]:
+    """The protocol's JSON body for a non-streamed ``run``."""
+    tr.start()
+    async for chunk in run.chunks:
+        tr.feed(chunk)
+    tr.end()
+    return tr.body()

@@ -1,0 +1,71 @@
+"""``POST /v1/messages`` (and ``/v1/messages/count_tokens``): Anthropic's Messages API over the chat path.
+
+Same guarantees as ``/v1/chat/completions``: the episode api key (the Anthropic SDK sends it as
+``x-api-key``; ``Authorization: Bearer`` works too), one step per call with exact ids and logprobs
+(``metadata.protocol: "messages"``, the Message ``id`` as the step's ``response_id``), prefix
+consistency across turns, ``Idempotency-Key`` replay. Every error, auth and validation included,
+is in Anthropic's shape (:class:`AnthropicErrors`). Translation: :mod:`swarm.gateway.messages_api`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pydantic
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from swarm.gateway.auth import Caller
+from swarm.gateway.bridge import as_api_error, collect, run_chat, translated_events
+from swarm.gateway.deps import State, episode_caller
+from swarm.gateway.errors import ApiError, describe_validation
+from swarm.gateway.messages_api import PARAMS, MessagesRequest, MessagesTranslator, error_response, to_chat
+from swarm.gateway.routes_openai import idempotency_key
+from swarm.gateway.state import GatewayState
+
+__all__ = ["router", "AnthropicErrors"]
+
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class AnthropicErrors(APIRoute):
+    """A route whose errors (auth, body validation and handler errors alike) answer in Anthropic's shape."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def answer(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except (RequestValidationError, pydantic.ValidationError) as exc:
+                return error_response(describe_validation(list(exc.errors())))
+            except StarletteHTTPException as exc:
+                detail = exc.detail if isinstance(exc.detail, str) else "request failed"
+                return error_response(ApiError(exc.status_code, detail))
+            except UnicodeError as exc:
+                return error_response(ApiError(400, f"text in the request is not valid unicode: {exc}"))
+            except Exception as exc:
+                return error_response(as_api_error(exc))
+
+        return answer
+
+
+router = APIRouter(tags=["anthropic"], route_class=AnthropicErrors)
+
+
+@router.post("/v1/messages")
+async def create_message(body: MessagesRequest, request: Request, caller: Caller = Depends(episode_caller),
+                         state: GatewayState = Depends(State)) -> Any:
+    """Anthropic Messages API; ``model`` picks the policy, ``stream`` picks SSE ``message_*`` events."""
+    key = idempotency_key(request)
+    run = await run_chat(state, caller, to_chat(body), cid=f"msg_{uuid.uuid4().hex}", protocol="messages",
+                         key=key, params=PARAMS)
+    tr = MessagesTranslator(body, run)
+    if body.stream:
+        return StreamingResponse(translated_events(tr, run), media_type="text/event-stream", headers=_SSE_HEADERS)
+    return JSONResponse(await collect(tr, run))

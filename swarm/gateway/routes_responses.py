@@ -1,0 +1,42 @@
+"""``POST /v1/responses``: OpenAI's Responses API, run through the chat completions path.
+
+Same auth (the episode api key as bearer token), the same recording (one step per call, exact
+ids and logprobs, ``metadata.protocol: "responses"``, the Response ``id`` as the step's
+``response_id``), prefix consistency across turns, the same ``Idempotency-Key`` replay, errors in
+OpenAI's shape. Translation: :mod:`swarm.gateway.responses_api`; generation and storage:
+:mod:`swarm.gateway.bridge`. It keeps no server-side state (no ``GET /v1/responses/{id}``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from swarm.gateway.auth import Caller
+from swarm.gateway.bridge import collect, run_chat, translated_events
+from swarm.gateway.deps import State, episode_caller
+from swarm.gateway.responses_api import PARAMS, ResponsesRequest, ResponsesTranslator, to_chat
+from swarm.gateway.routes_openai import idempotency_key
+from swarm.gateway.state import GatewayState
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["openai"])
+
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@router.post("/v1/responses")
+async def create_response(body: ResponsesRequest, request: Request, caller: Caller = Depends(episode_caller),
+                          state: GatewayState = Depends(State)) -> Any:
+    """OpenAI Responses API; ``model`` picks the policy, ``stream`` picks SSE ``response.*`` events."""
+    key = idempotency_key(request)
+    run = await run_chat(state, caller, to_chat(body), cid=f"resp_{uuid.uuid4().hex}", protocol="responses",
+                         key=key, params=PARAMS)
+    tr = ResponsesTranslator(body, run)
+    if body.stream:
+        return StreamingResponse(translated_events(tr, run), media_type="text/event-stream", headers=_SSE_HEADERS)
+    return JSONResponse(await collect(tr, run))
