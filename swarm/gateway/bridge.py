@@ -12,6 +12,7 @@ It does not parse or format any protocol's own shapes; that is the protocol modu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -101,11 +102,13 @@ async def _result_chunks(cid: str, created: int, model: str, gens: list[Generati
 
 
 async def run_chat(state: GatewayState, caller: Caller, body: ChatCompletionRequest, *, cid: str, protocol: str,
-                   key: str | None, params: dict[str, str]) -> ChatRun:
+                   key: str | None, params: dict[str, str], max_tokens_ceiling: int | None = None) -> ChatRun:
     """Run ``body`` through the chat path (streamed if ``body.stream``); every refusal is raised here, before any chunk.
 
     ``cid`` becomes the steps' ``response_id`` (the id the protocol shows its client); ``protocol`` is
     recorded in each step's ``metadata.protocol``; ``params`` renames chat parameters in errors.
+    ``max_tokens_ceiling`` (with ``body.max_tokens`` unset): sample at most that many tokens, or fewer
+    when less room is left in the context or under the gateway's cap, instead of refusing the call.
     """
     assert caller.episode_id is not None
     if key is not None:
@@ -123,6 +126,11 @@ async def run_chat(state: GatewayState, caller: Caller, body: ChatCompletionRequ
         raise renamed(err, params) from err
     plan.cid, plan.idempotency_key, plan.include_usage = cid, key, True
     plan.metadata = {"protocol": protocol}
+    if max_tokens_ceiling is not None:
+        room = state.backend.max_context(plan.policy) - len(plan.prompt.prompt_ids)
+        most = min(max_tokens_ceiling, room, state.settings.max_tokens_cap)
+        plan.request = dataclasses.replace(plan.request, sampling=dataclasses.replace(plan.request.sampling,
+                                                                                      max_tokens=most))
     prompt_tokens = len(plan.prompt.prompt_ids)
     if body.stream:
         first, it = await open_stream(state, plan)

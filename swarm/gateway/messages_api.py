@@ -11,6 +11,10 @@ keeps exact token prefixes. :class:`MessagesTranslator` turns the chat chunks ba
 or its stream of ``message_start`` ... ``message_stop`` events; :func:`anthropic_error` is the
 error shape ``{"type": "error", "error": {"type", "message", "param", "code"}}``.
 
+``max_tokens`` (required by the protocol) is a ceiling: Anthropic clients send large fixed values
+(8192, 32000), so a value over what fits in the context, or over the gateway's cap, samples what
+fits instead of being refused (chat completions refuses it).
+
 Accepted without effect: ``top_k`` (the recorded logprobs are those of the distribution actually
 sampled), ``thinking`` (no thinking blocks are produced; ones sent back are skipped),
 ``output_config.effort``, ``metadata``. Images and documents are a 400 (text-only models); server
@@ -173,14 +177,17 @@ def _tool_choice(choice: dict[str, Any] | None) -> tuple[Any, bool | None]:
 
 
 def to_chat(req: MessagesRequest) -> ChatCompletionRequest:
-    """The chat completions request this Messages request runs as (a 400 for what cannot be translated)."""
+    """The chat completions request this Messages request runs as (a 400 for what cannot be translated).
+
+    ``max_tokens`` is left out: the route passes it as a ceiling (:func:`swarm.gateway.bridge.run_chat`).
+    """
     msgs = [{"role": "system", "content": _block_text(req.system, "system")}] if req.system else []
     for i, m in enumerate(req.messages):
         msgs += _message(i, m)
     choice, parallel = _tool_choice(req.tool_choice)
     fmt = req.output_config.format if req.output_config else None
     chat = {"model": req.model, "messages": msgs, "tools": _tools(req), "tool_choice": choice,
-            "parallel_tool_calls": parallel, "max_tokens": req.max_tokens, "temperature": req.temperature,
+            "parallel_tool_calls": parallel, "temperature": req.temperature,
             "top_p": req.top_p, "stop": req.stop_sequences, "stream": bool(req.stream),
             "response_format": None if fmt is None else
             {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt.json_schema, "strict": True}},

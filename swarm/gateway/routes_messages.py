@@ -64,7 +64,7 @@ async def create_message(body: MessagesRequest, request: Request, caller: Caller
     """Anthropic Messages API; ``model`` picks the policy, ``stream`` picks SSE ``message_*`` events."""
     key = idempotency_key(request)
     run = await run_chat(state, caller, to_chat(body), cid=f"msg_{uuid.uuid4().hex}", protocol="messages",
-                         key=key, params=PARAMS)
+                         key=key, params=PARAMS, max_tokens_ceiling=body.max_tokens)
     tr = MessagesTranslator(body, run)
     if body.stream:
         return StreamingResponse(translated_events(tr, run), media_type="text/event-stream", headers=_SSE_HEADERS)
