@@ -105,8 +105,8 @@ def test_messages_tool_loop_streamed_and_not(gateway: Any) -> None:
     assert steps[1].prompt_messages[-1] == {"role": "tool", "tool_call_id": use.id, "content": "3 foxes"}
     assert r.model_extra["swarm"]["step_id"] == steps[0].step_id
     # max_tokens is a ceiling here (Anthropic clients send 8192, 32000): more than the context holds still answers
-    big = client.messages.create(model="default", max_tokens=100_000, messages=[{"role": "user", "content": "hi"}])
-    assert big.content[0].text == "hi"
+    with client.messages.stream(model="default", max_tokens=100_000, messages=[{"role": "user", "content": "hi"}]) as s:
+        assert s.get_final_message().content[0].text == "hi"
 
 
 def test_tiny_model_steps_are_exact_in_both_protocols(hf_gateway: Any) -> None:
