@@ -34,7 +34,7 @@ from swarm.gateway.bridge import ChatRun
 from swarm.gateway.errors import ApiError, error_body
 from swarm.gateway.schemas import ChatCompletionRequest, _Storable
 
-__all__ = ["MessagesRequest", "to_chat", "MessagesTranslator", "anthropic_error", "error_response", "PARAMS"]
+__all__ = ["MessagesRequest", "CountTokensRequest", "to_chat", "MessagesTranslator", "anthropic_error", "error_response", "PARAMS"]
 
 _OPEN = ConfigDict(extra="allow", allow_inf_nan=False)
 PARAMS = {"max_tokens": "max_tokens", "messages": "messages", "stop": "stop_sequences",
@@ -99,6 +99,12 @@ class MessagesRequest(_Storable):
     stream: bool | None = False
     metadata: dict[str, Any] | None = None
     output_config: OutputConfig | None = None
+
+
+class CountTokensRequest(MessagesRequest):
+    """Anthropic ``POST /v1/messages/count_tokens`` body: a Messages body without ``max_tokens``."""
+
+    max_tokens: int = Field(default=1, ge=1)
 
 
 def _block_text(blocks: str | list[Block] | None, param: str) -> str:

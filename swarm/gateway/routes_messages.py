@@ -1,4 +1,4 @@
-"""``POST /v1/messages`` (and ``/v1/messages/count_tokens``): Anthropic's Messages API over the chat path.
+"""``POST /v1/messages`` and ``POST /v1/messages/count_tokens``: Anthropic's Messages API over the chat path.
 
 Same guarantees as ``/v1/chat/completions``: the episode api key (the Anthropic SDK sends it as
 ``x-api-key``; ``Authorization: Bearer`` works too), one step per call with exact ids and logprobs
@@ -24,7 +24,15 @@ from swarm.gateway.auth import Caller
 from swarm.gateway.bridge import as_api_error, collect, run_chat, translated_events
 from swarm.gateway.deps import State, episode_caller
 from swarm.gateway.errors import ApiError, describe_validation
-from swarm.gateway.messages_api import PARAMS, MessagesRequest, MessagesTranslator, error_response, to_chat
+from swarm.gateway.messages_api import (
+    PARAMS,
+    CountTokensRequest,
+    MessagesRequest,
+    MessagesTranslator,
+    error_response,
+    to_chat,
+)
+from swarm.gateway.prefix import normalize_messages
 from swarm.gateway.routes_openai import idempotency_key
 from swarm.gateway.state import GatewayState
 
@@ -69,3 +77,27 @@ async def create_message(body: MessagesRequest, request: Request, caller: Caller
     if body.stream:
         return StreamingResponse(translated_events(tr, run), media_type="text/event-stream", headers=_SSE_HEADERS)
     return JSONResponse(await collect(tr, run))
+
+
+@router.post("/v1/messages/count_tokens")
+async def count_tokens(body: CountTokensRequest, caller: Caller = Depends(episode_caller),
+                       state: GatewayState = Depends(State)) -> dict[str, int]:
+    """``{"input_tokens": n}``: the prompt a Messages call with this body would start from (nothing is stored)."""
+    chat = to_chat(body)
+    if chat.model not in state.backend.policies():
+        raise ApiError(404, f"the model {chat.model!r} does not exist on this gateway", param="model",
+                       code="model_not_found")
+    messages = normalize_messages([m.model_dump(exclude_none=True) for m in chat.messages])
+    tools = [t.model_dump(exclude_none=True) for t in chat.tools] if chat.tools else None
+    chars = sum(len(str(m.get("content") or "")) for m in messages)
+
+    def count() -> int:
+        return len(state.backend.encode(chat.model, state.backend.render_chat(chat.model, messages, tools, True)))
+
+    try:
+        return {"input_tokens": await state.cpu(count, chars=chars)}
+    except ApiError:
+        raise
+    except Exception as exc:  # a chat template refusing these messages is the request's fault
+        raise ApiError(400, f"the chat template cannot render these messages: {type(exc).__name__}: {exc}",
+                       param="messages", code="template_error") from exc

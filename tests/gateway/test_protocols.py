@@ -12,6 +12,7 @@ import openai
 import pytest
 import torch
 
+from swarm.policy.echo import EchoBackend
 from swarm.pool import StepFilter
 from swarm.records import Step
 
@@ -104,6 +105,8 @@ def test_messages_tool_loop_streamed_and_not(gateway: Any) -> None:
     assert [s.response_id for s in steps] == [r.id, m.id, m3.id]
     assert steps[1].prompt_messages[-1] == {"role": "tool", "tool_call_id": use.id, "content": "3 foxes"}
     assert r.model_extra["swarm"]["step_id"] == steps[0].step_id
+    count = client.messages.count_tokens(model="default", system="be terse", tools=ATOOLS, messages=msgs[:1])
+    assert count.input_tokens == len(steps[0].prompt_ids)
     # max_tokens is a ceiling here (Anthropic clients send 8192, 32000): more than the context holds still answers
     with client.messages.stream(model="default", max_tokens=100_000, messages=[{"role": "user", "content": "hi"}]) as s:
         assert s.get_final_message().content[0].text == "hi"
@@ -177,6 +180,27 @@ def test_errors_come_in_each_protocols_shape_and_store_nothing(gateway: Any) -> 
     gateway.post(f"/v1/episodes/{ep['episode_id']}/end", ep["api_key"], json={})
     with pytest.raises(anthropic.PermissionDeniedError):
         client.messages.create(model="default", max_tokens=8, messages=msgs)
+
+
+def test_a_failure_after_the_first_event_is_an_error_event_in_each_protocol(make_gateway: Any) -> None:
+    """The episode ends while its reply streams: the step cannot be stored, and each SDK raises on the error event."""
+    gw = make_gateway(EchoBackend(delay_s=0.6))
+    ep = gw.episode()
+    stream = openai.OpenAI(base_url=ep["base_url"], api_key=ep["api_key"], max_retries=0).responses.create(
+        model="default", input="a reply that takes a while", stream=True)
+    with pytest.raises(openai.APIError, match="not open"):
+        for event in stream:
+            if event.type == "response.output_text.delta":
+                gw.post(f"/v1/episodes/{ep['episode_id']}/end", ep["api_key"], json={})
+    ep = gw.episode()
+    client = anthropic.Anthropic(base_url=gw.url, api_key=ep["api_key"], max_retries=0)
+    with pytest.raises(anthropic.APIError, match="not open"):
+        with client.messages.stream(model="default", max_tokens=64, messages=[{"role": "user", "content": "a while"}]) \
+                as events:
+            for event in events:
+                if event.type == "content_block_delta":
+                    gw.post(f"/v1/episodes/{ep['episode_id']}/end", ep["api_key"], json={})
+    assert gw.pool.query_steps(StepFilter(task="t")) == []
 
 
 def test_idempotency_key_replays_a_response(gateway: Any) -> None:
