@@ -102,11 +102,12 @@ async def _result_chunks(cid: str, created: int, model: str, gens: list[Generati
 
 
 async def run_chat(state: GatewayState, caller: Caller, body: ChatCompletionRequest, *, cid: str, protocol: str,
-                   key: str | None, params: dict[str, str], max_tokens_ceiling: int | None = None) -> ChatRun:
+                   key: str | None, params: dict[str, str], max_tokens_ceiling: int | None = None,
+                   metadata: dict[str, Any] | None = None) -> ChatRun:
     """Run ``body`` through the chat path (streamed if ``body.stream``); every refusal is raised here, before any chunk.
 
     ``cid`` becomes the steps' ``response_id`` (the id the protocol shows its client); ``protocol`` is
-    recorded in each step's ``metadata.protocol``; ``params`` renames chat parameters in errors.
+    recorded in each step's ``metadata.protocol`` (with ``metadata``); ``params`` renames chat parameters in errors.
     ``max_tokens_ceiling`` (with ``body.max_tokens`` unset): sample at most that many tokens, or fewer
     when less room is left in the context or under the gateway's cap, instead of refusing the call.
     """
@@ -125,7 +126,7 @@ async def run_chat(state: GatewayState, caller: Caller, body: ChatCompletionRequ
     except ApiError as err:
         raise renamed(err, params) from err
     plan.cid, plan.idempotency_key, plan.include_usage = cid, key, True
-    plan.metadata = {"protocol": protocol}
+    plan.metadata = {"protocol": protocol, **(metadata or {})}
     if max_tokens_ceiling is not None:
         room = state.backend.max_context(plan.policy) - len(plan.prompt.prompt_ids)
         most = min(max_tokens_ceiling, room, state.settings.max_tokens_cap)

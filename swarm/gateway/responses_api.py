@@ -10,10 +10,15 @@ output items it got back extends the previous call and keeps exact token prefixe
 :class:`ResponsesTranslator` turns the chat chunks back into a Response object or its stream of
 ``response.*`` events.
 
-Not supported (a 400 naming the field): ``previous_response_id`` and ``conversation`` (server-side
-state: send the whole input), ``background``, hosted tools (web search, file search, computer ...),
-image / file / audio inputs. ``reasoning``, ``store`` and ``truncation`` are accepted and have no
-effect; ``reasoning`` input items are skipped.
+``previous_response_id`` continues a response of the same episode from the pool: its input
+messages (without its ``instructions``, which are not carried over, as in OpenAI's API) and its
+reply come before the new input (:func:`history_of`), so such a turn extends the previous one
+exactly like a client that resends everything.
+
+Not supported (a 400 naming the field): ``conversation`` objects, ``background``, hosted tools (web
+search, file search, computer ...), image / file / audio inputs. ``reasoning``, ``store`` and
+``truncation`` are accepted and have no effect (every call is stored in the pool); ``reasoning``
+input items are skipped.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from swarm.gateway.bridge import ChatRun
 from swarm.gateway.errors import ApiError, error_body
 from swarm.gateway.schemas import ChatCompletionRequest, _Storable
+from swarm.records import Step
 
-__all__ = ["ResponsesRequest", "to_chat", "ResponsesTranslator", "PARAMS", "LOGPROBS_INCLUDE"]
+__all__ = ["ResponsesRequest", "to_chat", "history_of", "ResponsesTranslator", "PARAMS", "LOGPROBS_INCLUDE"]
 
 _OPEN = ConfigDict(extra="allow", allow_inf_nan=False, populate_by_name=True)
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
@@ -121,8 +127,19 @@ def _text(parts: str | list[ContentPart] | None, param: str) -> str:
     return "\n".join(out)
 
 
-def _messages(req: ResponsesRequest) -> list[dict[str, Any]]:
+def history_of(step: Step) -> list[dict[str, Any]]:
+    """The conversation a stored step continues with: its prompt messages (minus the system message its
+    ``instructions`` made) and its reply as an assistant message."""
+    msgs = list(step.prompt_messages or [])
+    if step.metadata.get("instructions") and msgs and msgs[0].get("role") == "system":
+        msgs = msgs[1:]
+    reply: dict[str, Any] = {"role": "assistant", "content": step.response_text or None}
+    return msgs + [reply | ({"tool_calls": step.tool_calls} if step.tool_calls else {})]
+
+
+def _messages(req: ResponsesRequest, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     msgs: list[dict[str, Any]] = [{"role": "system", "content": req.instructions}] if req.instructions else []
+    msgs += history
     items = [InputItem(role="user", content=req.input)] if isinstance(req.input, str) else req.input
     calls_open = False  # whether a function_call item may join the last assistant message
     for i, it in enumerate(items):
@@ -185,14 +202,17 @@ def _response_format(text: TextConfig | None) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": {k: v for k, v in spec.items() if v is not None}}
 
 
-def to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
-    """The chat completions request this Responses request runs as (a 400 for what cannot be translated)."""
-    for name in ("previous_response_id", "conversation", "background"):
+def to_chat(req: ResponsesRequest, history: list[dict[str, Any]] | None = None) -> ChatCompletionRequest:
+    """The chat completions request this Responses request runs as (a 400 for what cannot be translated).
+
+    ``history``: the messages ``previous_response_id`` stands for (:func:`history_of`), before the input.
+    """
+    for name in ("conversation", "background"):
         if getattr(req, name):
-            raise ApiError(400, f"{name} is not supported: this gateway keeps no server-side conversation state; "
-                           "send the whole conversation as input", param=name, code="unsupported_parameter")
+            raise ApiError(400, f"{name} is not supported: send the conversation as input (or previous_response_id)",
+                           param=name, code="unsupported_parameter")
     want_lps = LOGPROBS_INCLUDE in (req.include or []) or bool(req.top_logprobs)
-    chat = {"model": req.model, "messages": _messages(req), "tools": _tools(req),
+    chat = {"model": req.model, "messages": _messages(req, history or []), "tools": _tools(req),
             "tool_choice": _tool_choice(req.tool_choice), "parallel_tool_calls": req.parallel_tool_calls,
             "max_tokens": req.max_output_tokens, "temperature": req.temperature, "top_p": req.top_p,
             "logprobs": want_lps, "top_logprobs": req.top_logprobs if want_lps else None,
@@ -256,7 +276,7 @@ class ResponsesTranslator:
             "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
             "instructions": r.instructions, "max_output_tokens": r.max_output_tokens, "model": self.run.model,
             "output": self._output(status) if status != "in_progress" else [],
-            "parallel_tool_calls": r.parallel_tool_calls is not False, "previous_response_id": None,
+            "parallel_tool_calls": r.parallel_tool_calls is not False, "previous_response_id": r.previous_response_id,
             "reasoning": {"effort": None, "summary": None}, "store": r.store is not False,
             "temperature": 1.0 if r.temperature is None else r.temperature,
             "text": {"format": fmt}, "tool_choice": r.tool_choice or "auto",

@@ -3,8 +3,9 @@
 Same auth (the episode api key as bearer token), the same recording (one step per call, exact
 ids and logprobs, ``metadata.protocol: "responses"``, the Response ``id`` as the step's
 ``response_id``), prefix consistency across turns, the same ``Idempotency-Key`` replay, errors in
-OpenAI's shape. Translation: :mod:`swarm.gateway.responses_api`; generation and storage:
-:mod:`swarm.gateway.bridge`. It keeps no server-side state (no ``GET /v1/responses/{id}``).
+OpenAI's shape. ``previous_response_id`` reads the named response back from the pool. Translation:
+:mod:`swarm.gateway.responses_api`; generation and storage: :mod:`swarm.gateway.bridge`.
+There is no ``GET /v1/responses/{id}``.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from swarm.errors import NotFoundError
 from swarm.gateway.auth import Caller
 from swarm.gateway.bridge import collect, run_chat, translated_events
 from swarm.gateway.deps import State, episode_caller
-from swarm.gateway.responses_api import PARAMS, ResponsesRequest, ResponsesTranslator, to_chat
+from swarm.gateway.errors import ApiError
+from swarm.gateway.responses_api import PARAMS, ResponsesRequest, ResponsesTranslator, history_of, to_chat
 from swarm.gateway.routes_openai import idempotency_key
 from swarm.gateway.state import GatewayState
 
@@ -29,13 +32,26 @@ router = APIRouter(tags=["openai"])
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+async def _previous(state: GatewayState, caller: Caller, response_id: str) -> list[dict[str, Any]]:
+    """The conversation ``previous_response_id`` names: a response of the caller's own episode (else a 404)."""
+    try:
+        step = await state.db(state.pool.get_step_by_response_id, response_id, with_tokens=False)
+    except NotFoundError:
+        step = None
+    if step is None or step.episode_id != caller.episode_id:
+        raise ApiError(404, f"previous_response_id: no response {response_id!r} in this episode",
+                       param="previous_response_id", code="not_found")
+    return history_of(step)
+
+
 @router.post("/v1/responses")
 async def create_response(body: ResponsesRequest, request: Request, caller: Caller = Depends(episode_caller),
                           state: GatewayState = Depends(State)) -> Any:
     """OpenAI Responses API; ``model`` picks the policy, ``stream`` picks SSE ``response.*`` events."""
     key = idempotency_key(request)
-    run = await run_chat(state, caller, to_chat(body), cid=f"resp_{uuid.uuid4().hex}", protocol="responses",
-                         key=key, params=PARAMS)
+    history = await _previous(state, caller, body.previous_response_id) if body.previous_response_id else None
+    run = await run_chat(state, caller, to_chat(body, history), cid=f"resp_{uuid.uuid4().hex}", protocol="responses",
+                         key=key, params=PARAMS, metadata={"instructions": bool(body.instructions)})
     tr = ResponsesTranslator(body, run)
     if body.stream:
         return StreamingResponse(translated_events(tr, run), media_type="text/event-stream", headers=_SSE_HEADERS)

@@ -112,6 +112,24 @@ def test_messages_tool_loop_streamed_and_not(gateway: Any) -> None:
         assert s.get_final_message().content[0].text == "hi"
 
 
+def test_previous_response_id_continues_from_the_pool(gateway: Any) -> None:
+    """A client that sends only the new items (previous_response_id) extends the previous call exactly too."""
+    ep = gateway.episode()
+    client = openai.OpenAI(base_url=ep["base_url"], api_key=ep["api_key"], max_retries=0)
+    kw: dict[str, Any] = {"model": "default", "instructions": "be terse", "tools": RTOOLS}
+    r = client.responses.create(input="find foxes", **kw)
+    out = {"type": "function_call_output", "call_id": r.output[0].call_id, "output": "3 foxes"}
+    r2 = client.responses.create(input=[out], previous_response_id=r.id, **kw)
+    assert r2.output_text == "3 foxes" and r2.previous_response_id == r.id
+    r3 = client.responses.create(input="more", previous_response_id=r2.id, stream=True, **kw)
+    assert list(r3)[-1].response.output[0].type == "function_call"
+    steps_of(gateway, ep["episode_id"], 3, "responses")
+    other = gateway.episode()
+    r = gateway.post("/v1/responses", other["api_key"], json={"model": "default", "input": "x",
+                                                              "previous_response_id": r2.id})
+    assert r.status_code == 404 and r.json()["error"]["param"] == "previous_response_id"
+
+
 def test_tiny_model_steps_are_exact_in_both_protocols(hf_gateway: Any) -> None:
     """On a real model: the logprobs sent and stored are those a forward pass gives, streamed or not."""
     ep = hf_gateway.episode()
@@ -155,7 +173,7 @@ def test_errors_come_in_each_protocols_shape_and_store_nothing(gateway: Any) -> 
     body = {"model": "default", "input": "hi"}
     r = gateway.post("/v1/responses", None, json=body)
     assert r.status_code == 401 and set(r.json()["error"]) == {"message", "type", "param", "code"}
-    for extra, param in [({"previous_response_id": "resp_1"}, "previous_response_id"),
+    for extra, param in [({"conversation": "conv_1"}, "conversation"),
                          ({"max_output_tokens": 10**6}, "max_output_tokens"),
                          ({"text": {"format": {"type": "json_schema", "name": "v", "schema": VOTE}}}, "text.format"),
                          ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
