@@ -162,7 +162,9 @@ def _judge_wiring(data: dict[str, Any]) -> dict[str, Any]:
     pool = data.get("pool") if isinstance(data.get("pool"), dict) else {}
     gateway = dict(data.get("gateway") or {})
     authority = dict(gateway.get("reward_authority") or {})
-    authority.setdefault(str(task.get("name")), "judge")
+    name = str(task.get("name"))
+    for recorded in {name, name.rsplit(".", 1)[-1]}:  # a module path's episodes are recorded under its last name
+        authority.setdefault(recorded, "judge")
     gateway["reward_authority"] = authority
     reward = {**reward, "pool_url": reward.get("pool_url") or pool.get("url")}
     return {**data, "task": {**task, "reward": reward}, "gateway": gateway}

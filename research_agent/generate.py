@@ -13,6 +13,7 @@ imports only. It does not run anything (that is :mod:`research_agent.validate`).
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ CONTRACT = """A swarmpool task package is a Python package with these files:
 - reward.py: `compute_reward(instance: dict, answer: str | None) -> dict[str, float]`, pure and
   deterministic, returning {"reward": float, ...named parts as floats}; the reward lies in the spec's
   [low, high]; malformed, empty or None answers must score (never raise). Module docstring states the formula.
+- when the spec's reward kind is "judge", an LLM judge gives the training reward (the task config selects it);
+  compute_reward still follows the spec's definition (the answer's form only) and run_episode returns it.
 - README.md: what the task is, the reward, and the exact command to train it.
 - test_reward.py: plain `def test_...()` functions with asserts (no fixtures), importing with RELATIVE
   imports (`from .reward import compute_reward`, `from . import make_instance`); cover the worked examples.
@@ -222,9 +225,12 @@ def write_files(folder: Path, files: TaskFiles) -> list[Path]:
 def write_task_config(target: Target, spec: TaskSpec) -> Path:
     """``conf/task/<name>.yaml`` in the built-in shape (``# @package _global_``, only what changes)."""
     where = f"experiments/{spec.name}" if target.module == spec.name else f"{target.out}/{spec.name}"
+    judge = spec.reward.kind == "judge"  # the judge group (conf/reward/judge.yaml) with the spec's rubric
     text = (f"# @package _global_\n# {spec.summary} ({where}; {GENERATED_MARK} from spec.yaml).\n"
-            f"task:\n  name: {target.module}\n  group_size: {spec.group_size}\n  max_tokens: {spec.max_tokens}\n"
-            f"batching:\n  min_groups: 2\n")
+            + ("defaults:\n  - /reward: judge\n  - _self_\n" if judge else "")
+            + f"task:\n  name: {target.module}\n  group_size: {spec.group_size}\n  max_tokens: {spec.max_tokens}\n"
+            + (f"  reward:\n    rubric: {json.dumps(spec.reward.rubric.strip().replace('${', '$ {'))}\n" if judge else "")
+            + "batching:\n  min_groups: 2\n")
     target.config_path.parent.mkdir(parents=True, exist_ok=True)
     target.config_path.write_text(text)
     return target.config_path

@@ -58,9 +58,15 @@ class RewardSpec(_M):
     low: float = 0.0
     high: float = 1.0
     examples: list[WorkedExample] = Field(min_length=2)
+    # "judge": no exact checker; an LLM judge ranks each group under ``rubric`` (docs/judge.md) and
+    # compute_reward scores the answer's form only (the agent's own report, kept in the history)
+    kind: Literal["function", "judge"] = "function"
+    rubric: str = ""
 
     @model_validator(mode="after")
     def _range(self) -> RewardSpec:
+        if self.kind == "judge" and not self.rubric.strip():
+            raise ValueError("reward.rubric: a judge reward needs a rubric (what a better answer does)")
         if self.low >= self.high:
             raise ValueError(f"reward.low ({self.low}) must be below reward.high ({self.high})")
         for i, ex in enumerate(self.examples):
@@ -99,7 +105,10 @@ Turn the researcher's description into a task spec. Answer with ONE JSON object 
            covering a correct answer, a wrong but well-formed answer, and a malformed answer},
   success (when the task counts as learned), group_size (episodes per prompt group, 4-8),
   max_tokens (reply budget per call, small).
-Rewards must be a pure function of (instance, answer text) and vary between answers."""
+Rewards must be a pure function of (instance, answer text) and vary between answers.
+When no formula can check an answer (open-ended writing, negotiation, advice), add to reward
+kind: "judge" and rubric (what a better answer does, for an LLM judge that compares a group of answers
+side by side); the definition and examples then score only the answer's form (empty or malformed: low)."""
 
 
 def extract_json(text: str) -> dict[str, Any]:
