@@ -32,6 +32,12 @@ router = APIRouter(tags=["openai"])
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+def _metadata(body: ResponsesRequest) -> dict[str, Any]:
+    """What each step records about the request beyond the chat call (whether instructions made its system message)."""
+    chained = {"previous_response_id": body.previous_response_id} if body.previous_response_id else {}
+    return {"instructions": bool(body.instructions), **chained}
+
+
 async def _previous(state: GatewayState, caller: Caller, response_id: str) -> list[dict[str, Any]]:
     """The conversation ``previous_response_id`` names: a response of the caller's own episode (else a 404)."""
     try:
@@ -51,7 +57,7 @@ async def create_response(body: ResponsesRequest, request: Request, caller: Call
     key = idempotency_key(request)
     history = await _previous(state, caller, body.previous_response_id) if body.previous_response_id else None
     run = await run_chat(state, caller, to_chat(body, history), cid=f"resp_{uuid.uuid4().hex}", protocol="responses",
-                         key=key, params=PARAMS, metadata={"instructions": bool(body.instructions)})
+                         key=key, params=PARAMS, metadata=_metadata(body))
     tr = ResponsesTranslator(body, run)
     if body.stream:
         return StreamingResponse(translated_events(tr, run), media_type="text/event-stream", headers=_SSE_HEADERS)

@@ -78,7 +78,8 @@ def test_langgraph_tool_agent(gateway: Any, stream: bool) -> None:
     check_steps(gateway, ep["episode_id"], None)
 
 
-@pytest.mark.parametrize(("api", "stream"), [("responses", False), ("responses", True), ("chat", True)])
+@pytest.mark.parametrize(("api", "stream"), [("responses", False), ("responses", True), ("chat", True),
+                                             ("chained", False)])
 def test_openai_agents_sdk(gateway: Any, api: str, stream: bool) -> None:
     agents = pytest.importorskip("agents", reason=f"openai-agents is not installed ({EXTRA})")
     import openai
@@ -88,23 +89,31 @@ def test_openai_agents_sdk(gateway: Any, api: str, stream: bool) -> None:
 
     async def run() -> None:
         client = openai.AsyncOpenAI(base_url=ep["base_url"], api_key=ep["api_key"], max_retries=0)
-        model = (agents.OpenAIResponsesModel(model="default", openai_client=client) if api == "responses" else
-                 agents.OpenAIChatCompletionsModel(model="default", openai_client=client))
+        model = (agents.OpenAIChatCompletionsModel(model="default", openai_client=client) if api == "chat" else
+                 agents.OpenAIResponsesModel(model="default", openai_client=client))
         agent = agents.Agent(name="a", instructions="be terse", tools=[agents.function_tool(search)], model=model)
         history: list[Any] = []
+        last_id = None
         for text in ("find foxes", "more"):
             inputs = [*history, {"role": "user", "content": text}]
             if stream:
                 result = agents.Runner.run_streamed(agent, inputs)
                 kinds = [ev.type async for ev in result.stream_events()]
                 assert "raw_response_event" in kinds
+            elif api == "chained":  # the server keeps the conversation: only new items are sent
+                result = await agents.Runner.run(agent, inputs, previous_response_id=last_id,
+                                                 auto_previous_response_id=True)
             else:
                 result = await agents.Runner.run(agent, inputs)
             assert result.final_output == f"3 results for {text}"
-            history = result.to_input_list()
+            history = [] if api == "chained" else result.to_input_list()
+            last_id = result.last_response_id
 
     asyncio.run(run())
-    check_steps(gateway, ep["episode_id"], "responses" if api == "responses" else None)
+    check_steps(gateway, ep["episode_id"], None if api == "chat" else "responses")
+    if api == "chained":
+        steps = gateway.pool.query_steps(StepFilter(episode_id=ep["episode_id"]), order="episode")
+        assert all(s.metadata.get("previous_response_id") == a.response_id for a, s in zip(steps, steps[1:], strict=False))
 
 
 @pytest.mark.parametrize(("api", "stream"), [("chat", False), ("chat", True), ("messages", True)])
