@@ -18,7 +18,8 @@ fits instead of being refused (chat completions refuses it).
 Accepted without effect: ``top_k`` (the recorded logprobs are those of the distribution actually
 sampled), ``thinking`` (no thinking blocks are produced; ones sent back are skipped),
 ``output_config.effort``, ``metadata``. Images and documents are a 400 (text-only models); server
-tools (``type`` other than ``custom``) are a 400. ``stop_reason`` is ``end_turn``, ``max_tokens`` or
+tools (``type`` other than ``custom``) are a 400, and so is a last assistant message (prefill: the
+chat path would start a new turn, not continue that one). ``stop_reason`` is ``end_turn``, ``max_tokens`` or
 ``tool_use``: a matched stop sequence reads as ``end_turn``.
 """
 
@@ -187,6 +188,10 @@ def to_chat(req: MessagesRequest) -> ChatCompletionRequest:
 
     ``max_tokens`` is left out: the route passes it as a ceiling (:func:`swarm.gateway.bridge.run_chat`).
     """
+    last = len(req.messages) - 1
+    if req.messages[last].role == "assistant":
+        raise ApiError(400, f"messages.{last}: a last assistant message (prefill) is not supported: the reply would "
+                       "start a new turn instead of continuing it", param=f"messages.{last}", code="unsupported_value")
     msgs = [{"role": "system", "content": _block_text(req.system, "system")}] if req.system else []
     for i, m in enumerate(req.messages):
         msgs += _message(i, m)

@@ -190,7 +190,8 @@ def test_errors_come_in_each_protocols_shape_and_store_nothing(gateway: Any) -> 
         anthropic.Anthropic(base_url=gateway.url, api_key="sk-swarm-forged", max_retries=0).messages.create(
             model="default", max_tokens=8, messages=msgs)
     for bad in [{"messages": msgs}, {"max_tokens": 8, "messages": [{"role": "user", "content": [
-            {"type": "image", "source": {"type": "url", "url": "x"}}]}]}]:
+            {"type": "image", "source": {"type": "url", "url": "x"}}]}]},
+            {"max_tokens": 8, "messages": [*msgs, {"role": "assistant", "content": "The answer is"}]}]:
         r = gateway.post("/v1/messages", ep["api_key"], json={"model": "default", **bad})
         assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text
         assert r.json()["type"] == "error"
