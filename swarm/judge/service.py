@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from swarm.client.sdk import ClientError, SwarmClient
+from swarm.client.sdk import SwarmClient
 from swarm.judge.prompt import (
     JudgeReplyError,
     Trajectory,
@@ -130,10 +130,10 @@ class GroupJudge:
         while not stop.is_set():
             try:
                 self.poll()
-            except (ClientError, OSError) as exc:  # the gateway is stopping, or a transient pool error
+            except Exception as exc:  # a service loop outlives a gateway restart or a locked pool: next poll
                 if stop.is_set():
                     break
-                log.warning("judge: %s", exc)
+                log.warning("judge: %s: %s (the group is tried again)", type(exc).__name__, exc)
             stop.wait(poll_s)
         return dict(self.stats)
 
@@ -142,9 +142,9 @@ class GroupJudge:
         """Score the group's finished episodes (cached content makes no call) and report their rewards."""
         members = [e for e in self._members(group_id) if e.status == EpisodeStatus.finished and e.reward is None]
         members.sort(key=lambda e: (e.created_at, e.episode_id))
-        self._done.add(group_id)
         out = GroupOutcome(group_id, "cached")
         if not members:
+            self._done.add(group_id)
             out.status = "judged"
             return out
         pairs = [(e, self._trajectory(e)) for e in members]
@@ -154,6 +154,7 @@ class GroupJudge:
                 got = self._judge_chunk(group_id, i, [e for e, _ in part], [t for _, t in part])
             except JudgeFailed as exc:
                 self._mark_failed(group_id, members, str(exc), exc.judge_episode)
+                self._done.add(group_id)
                 self.stats["failed"] += 1
                 return GroupOutcome(group_id, "failed", judge_episodes=[exc.judge_episode], reason=str(exc))
             out.judge_episodes.append(got.judge_episode)
@@ -161,6 +162,7 @@ class GroupJudge:
             results.extend((e, s, got) for (e, _), s in zip(part, got.scores, strict=True))
         for ep, score, got in results:
             out.rewards[ep.episode_id] = self._reward(ep, score, got)
+        self._done.add(group_id)  # only now: a group interrupted by an error is tried again at the next poll
         self.stats[out.status] += 1
         return out
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from swarm.judge import GroupJudge, JudgeSpec
@@ -116,3 +119,21 @@ def test_large_groups_are_judged_in_chunks_and_mixed_with_the_task_reward(judge_
     assert out.status == "judged" and len(out.judge_episodes) == 2 and len(stack.api.requests) == 2
     got = [out.rewards[e.episode_id] for e in eps]  # chunks of 3 and 2; reward = 0.5 * score/10 + 0.5 * 1.0
     assert got == pytest.approx([1.0, 0.5, 0.5, 0.5, 1.0])
+
+
+def test_the_judge_loop_rewards_groups_as_they_complete_and_stops(judge_stack) -> None:
+    stack = judge_stack(['{"t1":1,"t2":2,"t3":3}'])
+    judge = _judge(stack)
+    stop = threading.Event()
+    loop = threading.Thread(target=judge.run, args=(stop, 0.05))
+    loop.start()
+    try:
+        eps = stack.play("t-10", ["a", "b", "c"])
+        deadline = time.monotonic() + 20
+        while stack.pool.get_episode(eps[-1].episode_id).reward is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        loop.join(10)
+    assert not loop.is_alive() and judge.stats["judged"] == 1
+    assert [stack.pool.get_episode(e.episode_id).reward for e in eps] == pytest.approx([0.1, 0.2, 0.3])
