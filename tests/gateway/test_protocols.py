@@ -130,6 +130,21 @@ def test_previous_response_id_continues_from_the_pool(gateway: Any) -> None:
     assert r.status_code == 404 and r.json()["error"]["param"] == "previous_response_id"
 
 
+def test_one_episode_may_switch_protocols(gateway: Any) -> None:
+    ep = gateway.episode()
+    msgs = [{"role": "user", "content": "hello"}]
+    chat = gateway.chat(ep["api_key"], msgs).json()["choices"][0]["message"]["content"]
+    msgs += [{"role": "assistant", "content": chat}, {"role": "user", "content": "and you"}]
+    resp = openai.OpenAI(base_url=ep["base_url"], api_key=ep["api_key"], max_retries=0).responses.create(
+        model="default", input=msgs)
+    msgs += [{"role": "assistant", "content": resp.output_text}, {"role": "user", "content": "bye"}]
+    anthropic.Anthropic(base_url=gateway.url, api_key=ep["api_key"], max_retries=0).messages.create(
+        model="default", max_tokens=64, messages=msgs)
+    steps = gateway.pool.query_steps(StepFilter(episode_id=ep["episode_id"]), with_tokens=True, order="episode")
+    assert [s.metadata.get("protocol") for s in steps] == [None, "responses", "messages"]
+    assert [s.prefix_consistent for s in steps] == [None, True, True]
+
+
 def test_tiny_model_steps_are_exact_in_both_protocols(hf_gateway: Any) -> None:
     """On a real model: the logprobs sent and stored are those a forward pass gives, streamed or not."""
     ep = hf_gateway.episode()
