@@ -13,7 +13,7 @@ import difflib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
 
 from swarm.train.config import LoraSpec, TrainConfig
 
@@ -69,6 +69,14 @@ class TaskSection(_Section):
     eval_every: int = Field(default=0, ge=0)
     options: dict[str, Any] = Field(default_factory=dict)
     reward: RewardSection | None = None  # None: the task's own reward
+
+    @model_serializer(mode="wrap")
+    def _without_default_reward(self, handler: Any) -> dict[str, Any]:
+        """No ``reward`` key unless one is set: runs without a judge log the same params as before."""
+        out = handler(self)
+        if out.get("reward", 0) is None:
+            del out["reward"]
+        return out
 
 
 class TrainSection(_Section):
