@@ -181,6 +181,17 @@ def test_structured_output_in_both_protocols(hf_gateway: Any) -> None:
     assert json.loads(m.content[0].text)["target"] in VOTE["properties"]["target"]["enum"]
     rec = hf_gateway.pool.query_steps(StepFilter(episode_id=ep["episode_id"]))[0].metadata["constraint"]
     assert rec["kind"] == "json_schema" and json.loads(rec["schema"]) == VOTE
+    # a forced tool call, streamed: the tiny model calls it under the grammar in both protocols
+    vote = [{"type": "function", "name": "vote", "parameters": VOTE}]
+    events = list(oa.responses.create(model="default", input="Vote.", tools=vote, stream=True, max_output_tokens=64,
+                                      tool_choice={"type": "function", "name": "vote"}))
+    call = events[-1].response.output[0]
+    assert call.type == "function_call" and json.loads(call.arguments)["target"] in VOTE["properties"]["target"]["enum"]
+    with an.messages.stream(model="default", max_tokens=64, messages=[{"role": "user", "content": "Vote."}],
+                            tools=[{"name": "vote", "input_schema": VOTE}],
+                            tool_choice={"type": "tool", "name": "vote"}) as stream:
+        use = stream.get_final_message().content[0]
+    assert use.type == "tool_use" and use.input["target"] in VOTE["properties"]["target"]["enum"]
 
 
 def test_errors_come_in_each_protocols_shape_and_store_nothing(gateway: Any) -> None:
