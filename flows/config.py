@@ -48,6 +48,7 @@ class RewardSection(_Section):
     retries: int = 2
     weights: dict[str, float] = Field(default_factory=lambda: {"judge": 1.0, "task": 0.0})
     timeout_s: float = 120.0
+    concurrency: int = 4
     poll_s: float = Field(default=0.5, gt=0)
     pool_url: str | None = None  # filled from pool.url by validate(): the judge reads and rewards this pool
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +101,7 @@ class GroupJudge:
         self._done: set[str] = set()
         self._cache: dict[str, tuple[list[int], str, str | None]] = {}
         self.stats: dict[str, int] = {"judged": 0, "cached": 0, "failed": 0, "calls": 0, "bad_replies": 0}
+        self._lock = threading.Lock()  # stats, _done and _cache are shared by poll()'s threads
 
     def close(self) -> None:
         self.client.close()
@@ -111,8 +113,13 @@ class GroupJudge:
         eps = self.pool.query_episodes(StepFilter(episode_status=EpisodeStatus.finished,
                                                   reward_status=RewardStatus.pending, since=self._since), limit=_SCAN)
         prefix = f"{self.task}-"
-        candidates = sorted({e.group_id for e in eps if e.group_id and e.group_id.startswith(prefix)
-                             and e.group_id not in self._done})
+        newest: dict[str, float] = {}
+        for e in eps:
+            if e.group_id and e.group_id.startswith(prefix) and e.group_id not in self._done:
+                newest[e.group_id] = max(newest.get(e.group_id, 0.0), e.ended_at or e.created_at)
+        # newest first: when the judge falls behind, fresh groups are worth more to on-policy training
+        # than groups that will be too stale to train by the time they are scored
+        candidates = sorted(newest, key=lambda g: (-newest[g], g))
         return [g for g in candidates if self._complete(self._members(g))]
 
     def _members(self, group_id: str) -> list[Episode]:
@@ -122,8 +129,13 @@ class GroupJudge:
         return len(members) >= self.group_size and all(e.status != EpisodeStatus.open for e in members)
 
     def poll(self) -> list[GroupOutcome]:
-        """Judge every ready group once; returns their outcomes."""
-        return [self.judge_group(g) for g in self.ready_groups()]
+        """Judge every ready group once, ``spec.concurrency`` at a time (the backend batches them);
+        returns their outcomes in :meth:`ready_groups` order."""
+        groups = self.ready_groups()
+        if self.spec.concurrency == 1 or len(groups) < 2:
+            return [self.judge_group(g) for g in groups]
+        with ThreadPoolExecutor(min(self.spec.concurrency, len(groups)), thread_name_prefix="swarm-judge") as ex:
+            return list(ex.map(self.judge_group, groups))
 
     def run(self, stop: threading.Event, poll_s: float = 0.5) -> dict[str, int]:
         """:meth:`poll` until ``stop`` is set; a failing pool or gateway read is logged and retried."""
@@ -154,17 +166,21 @@ class GroupJudge:
                 got = self._judge_chunk(group_id, i, [e for e, _ in part], [t for _, t in part])
             except JudgeFailed as exc:
                 self._mark_failed(group_id, members, str(exc), exc.judge_episode)
-                self._done.add(group_id)
-                self.stats["failed"] += 1
+                self._count("failed", done=group_id)
                 return GroupOutcome(group_id, "failed", judge_episodes=[exc.judge_episode], reason=str(exc))
             out.judge_episodes.append(got.judge_episode)
             out.status = "judged" if not got.cached else out.status
             results.extend((e, s, got) for (e, _), s in zip(part, got.scores, strict=True))
         for ep, score, got in results:
             out.rewards[ep.episode_id] = self._reward(ep, score, got)
-        self._done.add(group_id)  # only now: a group interrupted by an error is tried again at the next poll
-        self.stats[out.status] += 1
+        self._count(out.status, done=group_id)  # only now: a group interrupted by an error is tried again
         return out
+
+    def _count(self, stat: str, done: str | None = None) -> None:
+        with self._lock:
+            self.stats[stat] += 1
+            if done is not None:
+                self._done.add(done)
 
     def _trajectory(self, ep: Episode) -> Trajectory:
         steps = self.pool.query_steps(StepFilter(episode_id=ep.episode_id, include_excluded=True), limit=_SCAN,
@@ -192,12 +208,12 @@ class GroupJudge:
                         note=f"judge call for group {group_id}: recorded, never trained")
         errors: list[str] = []
         for _ in range(self.spec.retries + 1):
-            self.stats["calls"] += 1
+            self._count("calls")
             try:
                 text = self._ask(ep.base_url, ep.api_key, messages, len(trajs))
                 scores = parse_scores(text, len(trajs), self.spec)
             except (JudgeReplyError, httpx.HTTPError, ValueError, KeyError) as exc:
-                self.stats["bad_replies"] += 1
+                self._count("bad_replies")
                 errors.append(f"{type(exc).__name__}: {exc}"[:300])
                 continue
             step = self.pool.last_step(ep.episode_id, with_tokens=False)

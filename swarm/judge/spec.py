@@ -39,6 +39,7 @@ class JudgeSpec:
     weight_judge: float = 1.0
     weight_task: float = 0.0          # the task's own reward (kept in the history by the gateway) mixed in
     timeout_s: float = 120.0
+    concurrency: int = 4              # groups judged at once (the hf backend batches concurrent calls)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)  # e.g. {"reason": true}: nothing yet
 
     def __post_init__(self) -> None:
@@ -57,6 +58,8 @@ class JudgeSpec:
             raise bad("chunk_size", f"{self.chunk_size}: relative scoring needs at least 2 per call")
         if self.max_tokens < 8 or self.max_chars < 40 or self.retries < 0 or self.timeout_s <= 0:
             raise bad("max_tokens", "max_tokens >= 8, max_chars >= 40, retries >= 0, timeout_s > 0")
+        if not 1 <= self.concurrency <= 64:
+            raise bad("concurrency", f"{self.concurrency}: 1..64 groups at once")
         if self.weight_judge < 0 or self.weight_task < 0 or self.weight_judge + self.weight_task == 0:
             raise bad("weights", f"judge={self.weight_judge}, task={self.weight_task}: non-negative, not both 0")
 
@@ -81,5 +84,5 @@ class JudgeSpec:
     def identity(self) -> str:
         """A digest of everything that changes what the judge is asked (part of the cache key)."""
         d = {k: v for k, v in asdict(self).items() if k not in ("retries", "timeout_s", "weight_judge",
-                                                                 "weight_task", "extra")}
+                                                                 "weight_task", "concurrency", "extra")}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

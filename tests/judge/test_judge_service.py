@@ -13,7 +13,8 @@ from swarm.records import EpisodeStatus
 
 
 def _judge(stack, **spec) -> GroupJudge:
-    return GroupJudge(stack.pool, stack.url, JudgeSpec(**{"retries": 2, **spec}), stack.task, group_size=3)
+    return GroupJudge(stack.pool, stack.url, JudgeSpec(**{"retries": 2, "concurrency": 1, **spec}), stack.task,
+                      group_size=3)
 
 
 def test_a_group_is_judged_once_complete_and_its_scores_become_rewards(judge_stack) -> None:
@@ -137,3 +138,15 @@ def test_the_judge_loop_rewards_groups_as_they_complete_and_stops(judge_stack) -
         loop.join(10)
     assert not loop.is_alive() and judge.stats["judged"] == 1
     assert [stack.pool.get_episode(e.episode_id).reward for e in eps] == pytest.approx([0.1, 0.2, 0.3])
+
+
+def test_groups_are_judged_concurrently_newest_first(judge_stack) -> None:
+    stack = judge_stack(['{"t1":0,"t2":5,"t3":10}'])
+    for i in range(4):
+        stack.play(f"t-2{i}", [f"a{i}", f"b{i}", f"c{i}"])
+    judge = _judge(stack, concurrency=4)
+    assert judge.ready_groups() == ["t-23", "t-22", "t-21", "t-20"]  # fresh groups are worth more to training
+    outs = judge.poll()
+    assert [o.group_id for o in outs] == ["t-23", "t-22", "t-21", "t-20"] and len(stack.api.requests) == 4
+    assert all(o.status == "judged" and sorted(o.rewards.values()) == [0.0, 0.5, 1.0] for o in outs)
+    assert judge.stats["judged"] == 4 and judge.poll() == []
