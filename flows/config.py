@@ -266,6 +266,9 @@ def check_task(task: TaskSection, runner: dict[str, Any] | None = None) -> None:
         check_options(package, task.options)
     except (ValueError, TypeError, AttributeError) as exc:  # a wrong type reaches the package's checks too
         raise ConfigError(f"task.options: {exc}") from None
+    if task.reward is not None and task.reward.kind == "judge" and package.run_multiagent is not None:
+        raise ConfigError(f"task.reward.kind=judge: {task.name} is a multi-agent game (run_multiagent), whose group "
+                          "is one game of several seats; the judge scores groups of run_episode episodes")
 
 
 def check_pool_url(url: str, timeout_s: float = 3.0) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flows.config import ConfigError, validate
+from flows.config import ConfigError, check_task, validate
 from flows.train import train_flow
 from swarm.pool import Pool, StepFilter
 
@@ -26,6 +26,10 @@ def test_reward_judge_config_is_wired_and_checked(flow_config) -> None:
         validate(flow_config("+task=math", "+reward=judge", "task.reward.view=all"))
     self_judged = validate(flow_config("+task=math", "+reward=judge", "task.reward.policy=default"))
     assert self_judged.task.reward.policy == "default"
+    check_task(cfg.task)
+    game = validate(flow_config("+task=werewolves", "+reward=judge"))
+    with pytest.raises(ConfigError, match=r"^task.reward.kind=judge: werewolves is a multi-agent game"):
+        check_task(game.task)
 
 
 @pytest.mark.slow
