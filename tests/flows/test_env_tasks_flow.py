@@ -19,3 +19,14 @@ def test_reasoning_gym_one_update(flow_config) -> None:
     metrics = mlflow.tracking.MlflowClient(tracking_uri=cfg["mlflow"]["tracking_uri"]).get_run(
         summary["run_id"]).data.metrics
     assert {"reward/mean", "train/loss", "episodes/score"} <= set(metrics)
+
+
+def test_textarena_one_update_logs_the_win_rate(flow_config) -> None:
+    """`python -m flows.train +task=textarena train.updates=1`: TicTacToe games trained, episodes/win logged."""
+    pytest.importorskip("textarena", reason="textarena is not installed (pip install 'swarmpool[envs]')")
+    cfg = flow_config("+task=textarena", "train.updates=1")
+    summary = train_flow(cfg)
+    assert summary["status"] == "FINISHED" and summary["updates"] == 1
+    metrics = mlflow.tracking.MlflowClient(tracking_uri=cfg["mlflow"]["tracking_uri"]).get_run(
+        summary["run_id"]).data.metrics
+    assert {"reward/mean", "train/loss", "episodes/win", "episodes/draw"} <= set(metrics)
