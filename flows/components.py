@@ -30,10 +30,17 @@ def _get(cfg: dict[str, Any], key: str, where: str) -> Any:
 
 
 def model_path(model: dict[str, Any]) -> str:
-    """The checkpoint to load: ``model.path`` (HF id or folder), or the locally built tiny model."""
-    path = model.get("path")
+    """The checkpoint to load: ``model.path`` (HF id or folder), ``model.gguf`` (a GGUF file or a packaged
+    model's name, converted once: ``swarm/policy/gguf.py``), or the locally built tiny model."""
+    path, gguf = model.get("path"), model.get("gguf")
+    if path and gguf:
+        raise ConfigError(f"model.path={path} and model.gguf={gguf} are both set; keep one")
     if path:
         return str(path)
+    if gguf:
+        from swarm.policy.gguf import ensure_gguf_model
+
+        return str(ensure_gguf_model(str(gguf)))
     from swarm.policy.tiny import ensure_tiny_model
 
     spec = tiny_spec(model)
@@ -84,7 +91,7 @@ def make_backend(model: dict[str, Any], policies: list[str], lora: LoraSpec | No
                              max_batch_size=int(model.get("max_batch_size", 16)),
                              torch_threads=model.get("torch_threads"),
                              chat_template=model.get("chat_template"), tool_parser=model.get("tool_parser"))
-    kwargs = {k: v for k, v in model.items() if k not in ("backend", "name", "path", "warmup", "seed", "tiny_spec")}
+    kwargs = {k: v for k, v in model.items() if k not in ("backend", "name", "path", "gguf", "warmup", "seed", "tiny_spec")}
     if kind == "vllm" and lora is not None:
         kwargs.setdefault("lora", {"r": lora.rank, "alpha": lora.alpha, "target_modules": list(lora.target_modules)})
     return build_backend(kind, policies=list(policies), **kwargs)

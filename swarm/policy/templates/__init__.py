@@ -7,6 +7,9 @@ template's turns to be single tokens) and the token that ends an assistant turn.
 
 - ``chatml`` (``tiny_chatml``): the tiny model's own ChatML; ``tool`` turns.
 - ``qwen2.5`` (``chatml_qwen``): Qwen2.5-Instruct style, ``<tool_call>`` blocks (hermes).
+- ``smollm2`` (``chatml_qwen`` with SmolLM2's default system prompt): SmolLM2-Instruct's own template
+  is ChatML without tools and without list content; this one renders the same text for plain chats
+  and adds hermes tools.
 - ``qwen3`` (``qwen3``): Qwen3 style; ``<think>`` reasoning is dropped from the history.
 - ``llama3`` (``llama3_json``): Llama-3.1 style headers and JSON tool calls.
 - ``mistral`` (``mistral``): Mistral-v3 style ``[INST]``, ``[TOOL_CALLS]``, ``[TOOL_RESULTS]``.
@@ -19,6 +22,7 @@ tokenization relies on. Not here: downloading or copying a vendor's template.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,15 +44,23 @@ class TemplateFamily:
     special_tokens: tuple[str, ...]
     end_of_turn: str
     reasoning: bool = False  # replies may open with a <think>...</think> block
+    default_system: str | None = None  # replaces the template's `set default_system` line (chatml_qwen)
 
     def text(self) -> str:
-        """The template's jinja source."""
-        return (TEMPLATES_DIR / f"{self.template}.jinja").read_text()
+        """The template's jinja source (with this family's default system prompt, if it sets one)."""
+        text = (TEMPLATES_DIR / f"{self.template}.jinja").read_text()
+        if self.default_system is None:
+            return text
+        start = text.index("{%- set default_system = ")
+        end = text.index("-%}", start) + 3
+        return text[:start] + "{%- set default_system = " + json.dumps(self.default_system) + " -%}" + text[end:]
 
 
 FAMILIES: dict[str, TemplateFamily] = {f.name: f for f in (
     TemplateFamily("chatml", "tiny_chatml", "hermes", ("<|im_start|>", "<|im_end|>"), "<|im_end|>"),
     TemplateFamily("qwen2.5", "chatml_qwen", "hermes", ("<|im_start|>", "<|im_end|>"), "<|im_end|>"),
+    TemplateFamily("smollm2", "chatml_qwen", "hermes", ("<|im_start|>", "<|im_end|>"), "<|im_end|>",
+                   default_system="You are a helpful AI assistant named SmolLM, trained by Hugging Face"),
     TemplateFamily("qwen3", "qwen3", "hermes", ("<|im_start|>", "<|im_end|>", "<think>", "</think>"), "<|im_end|>",
                    reasoning=True),
     TemplateFamily("llama3", "llama3_json", "llama3_json",
