@@ -1,12 +1,21 @@
 """The ``upstream`` backend: any OpenAI-compatible server (frozen opponents, judges, API models).
 
 Chat requests go to ``/chat/completions`` over httpx (the transport is injectable, e.g.
-``httpx.MockTransport`` in tests). Forwarded: the messages, tools, sampling (``temperature``,
-``top_p``, ``n``, ``seed``, ``stop``, ``max_tokens``), ``logprobs`` / ``top_logprobs``, and the
-client's ``tool_choice`` (``auto``, ``none``, ``required`` or a named function),
-``parallel_tool_calls`` and ``response_format`` exactly as it sent them
-(``GenerateRequest.client_fields``): the server enforces them, the gateway emulates none of them
-(``forwards_openai_fields``). ``extra_body`` is merged into every request.
+``httpx.MockTransport`` in tests). When the caller hands over the client's whole body
+(``client_fields["body"]``, :data:`CLIENT_BODY`: the OpenAI fields it set, as sent), that body is
+forwarded as sent: no sampling default it did not choose (``temperature``, ``top_p``, ``n``),
+``max_completion_tokens`` under its own name, ``stream_options``, content parts, its unknown
+(``extra_body``) keys. The only additions, all for recording: ``model`` (the upstream's id),
+``stream`` (how the gateway reads the answer), ``logprobs: true`` (unless ``logprobs: false``),
+``stream_options.include_usage: true`` when streaming (so usage comes back), and ``max_tokens``
+(this backend's cap) only when the client set no length limit; a limit above the cap is lowered
+in the key the client used. Without the body (older callers), the body is built from
+``sampling`` as before: the messages, tools, ``temperature``, ``top_p``, ``n``, ``seed``,
+``stop``, ``max_tokens``, and the client's ``tool_choice``, ``parallel_tool_calls`` and
+``response_format`` exactly as it sent them. Either way the server enforces those, the gateway
+emulates none of them (``forwards_openai_fields``). ``extra_body`` is merged into every request.
+The upstream's ``usage`` (body, or the streamed usage chunk) comes back on every
+:class:`UpstreamGeneration` of the call.
 
 What is recorded, honestly:
 
@@ -44,6 +53,7 @@ import json
 import os
 import re
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -54,11 +64,20 @@ from swarm.policy._upstream_reply import aligned, chat_token_data, norm_tool_cal
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta
 from swarm.policy.chat import LocalTokenizer
 
-__all__ = ["UpstreamBackend", "DEFAULT_API_KEY_ENV"]
+__all__ = ["UpstreamBackend", "UpstreamGeneration", "DEFAULT_API_KEY_ENV", "CLIENT_BODY"]
 
 DEFAULT_API_KEY_ENV = "SWARM_UPSTREAM_API_KEY"
 _URL = re.compile(r"\b(?:https?|wss?)://\S+")
 _FORWARDED = ("tool_choice", "parallel_tool_calls", "response_format")  # the client's, as sent
+CLIENT_BODY = "body"  # client_fields key: the client's chat body as sent (the fields it set, nothing filled in)
+_OURS = ("model", "stream", "stream_options")  # set here, whatever the client's body says
+
+
+@dataclass
+class UpstreamGeneration(Generation):
+    """A :class:`Generation` with the upstream's ``usage`` for the whole call (None when it sent none)."""
+
+    usage: dict[str, Any] | None = None
 
 
 class RateLimitError(BackendError):
@@ -68,11 +87,28 @@ class RateLimitError(BackendError):
     error_type = "rate_limit_error"
 
 
+def _check_stop(stop: Any, max_stop: int, policy: str) -> None:
+    n = len(stop) if isinstance(stop, list | tuple) else 1 if stop else 0
+    if n > max_stop:
+        raise ValidationError(f"stop: the upstream model accepts at most {max_stop} stop strings, got {n}",
+                              param="stop", policy=policy)
+
+
+def _client_body(request: GenerateRequest, raw: dict[str, Any], max_tokens: int, max_stop: int) -> dict[str, Any]:
+    """The client's chat body as sent, its length limit capped at ``max_tokens`` (added only when it set none)."""
+    _check_stop(raw.get("stop"), max_stop, request.policy)
+    body = {k: v for k, v in raw.items() if k not in _OURS}
+    limits = [k for k in ("max_completion_tokens", "max_tokens") if raw.get(k) is not None]
+    for k in limits:
+        body[k] = min(int(raw[k]), max_tokens)
+    if not limits:
+        body["max_tokens"] = min(request.sampling.max_tokens, max_tokens)
+    return body
+
+
 def _sampling_body(request: GenerateRequest, max_tokens: int, max_stop: int) -> dict[str, Any]:
     s = request.sampling
-    if len(s.stop) > max_stop:
-        raise ValidationError(f"stop: the upstream model accepts at most {max_stop} stop strings, got {len(s.stop)}",
-                              param="stop", policy=request.policy)
+    _check_stop(s.stop, max_stop, request.policy)
     body: dict[str, Any] = {"max_tokens": min(s.max_tokens, max_tokens), "temperature": s.temperature,
                             "top_p": s.top_p, "n": s.n}
     if s.stop:
@@ -80,6 +116,11 @@ def _sampling_body(request: GenerateRequest, max_tokens: int, max_stop: int) -> 
     if s.seed is not None:
         body["seed"] = s.seed
     return body
+
+
+def _usage(value: Any) -> dict[str, Any] | None:
+    """The upstream's usage object as sent, when it is one (token counts, details included)."""
+    return dict(value) if isinstance(value, dict) and value else None
 
 
 class UpstreamBackend(LocalTokenizer):
@@ -224,10 +265,14 @@ token the server reports (OpenAI: 20).
         return {"logprobs": True, **({"top_logprobs": k} if k > 0 else {})}
 
     def _body(self, request: GenerateRequest, stream: bool) -> tuple[str, dict[str, Any]]:
+        raw = request.client_fields.get(CLIENT_BODY)
+        if isinstance(raw, dict) and request.messages is not None:
+            return "/chat/completions", self._forwarded(request, raw, stream)
         body: dict[str, Any] = {"model": self._model(request.policy),
                                 **_sampling_body(request, self._max_tokens, self._max_stop), **self._extra}
         if stream:
             body["stream"] = True
+            body["stream_options"] = {"include_usage": True}  # usage comes back (OpenAI sends none otherwise)
         if request.messages is not None:
             body["messages"] = request.messages
             if request.tools:
@@ -259,6 +304,23 @@ token the server reports (OpenAI: 20).
                 raise ValidationError("tool_choice needs a chat request on the upstream backend", param="tool_choice")
             body.update(fields)  # /v1/completions + response_format: vLLM and SGLang accept it
         return "/completions", body
+
+    def _forwarded(self, request: GenerateRequest, raw: dict[str, Any], stream: bool) -> dict[str, Any]:
+        """The client's own body plus what recording needs (module docstring), never a sampling default."""
+        body: dict[str, Any] = {"model": self._model(request.policy),
+                                **_client_body(request, raw, self._max_tokens, self._max_stop)}
+        if "messages" not in body:
+            body["messages"] = request.messages
+        body.update(self._logprob_fields(request))
+        if request.constraint is not None:  # a caller that gave only the constraint: OpenAI's form of it
+            for key, value in request.constraint.openai_fields().items():
+                body.setdefault(key, value)
+        body.update(self._extra)
+        if stream:
+            sent = raw.get("stream_options")
+            body["stream"] = True
+            body["stream_options"] = {**(sent if isinstance(sent, dict) else {}), "include_usage": True}
+        return body
 
     def _error(self, exc: SwarmError, policy: str) -> SwarmError:
         """The upstream's failure as the caller should see it: right status, no URL or credentials."""
@@ -322,7 +384,7 @@ token the server reports (OpenAI: 20).
             if ch.get("token_ids"):
                 ids = list(ch["token_ids"])
             gens.append(
-                Generation(
+                UpstreamGeneration(
                     prompt_ids=prompt_ids,
                     response_ids=ids,
                     logprobs=aligned(ids, lps),
@@ -331,6 +393,7 @@ token the server reports (OpenAI: 20).
                     tool_calls=calls,
                     finish_reason=ch.get("finish_reason") or "stop",
                     policy_version=0,
+                    usage=_usage(data.get("usage")),
                 )
             )
         if not gens:
@@ -342,8 +405,10 @@ token the server reports (OpenAI: 20).
         chat = path == "/chat/completions"
         acc: dict[int, dict[str, Any]] = {}
         prompt_ids: list[int] = list(request.prompt_ids or []) if not chat else []
+        usage: dict[str, Any] | None = None
         async for event in self._mapped(sse_events(self._client, path, body, policy=request.policy)):
             prompt_ids = list(event.get("prompt_token_ids") or prompt_ids)
+            usage = _usage(event.get("usage")) or usage  # the final usage chunk (or vLLM's running stats)
             for ch in event.get("choices") or []:
                 i = int(ch.get("index", 0))
                 a = acc.setdefault(i, {"text": "", "ids": [], "lps": [], "has_lps": False, "entries": None, "calls": {},
@@ -390,7 +455,7 @@ token the server reports (OpenAI: 20).
                 }
                 for k, c in sorted(a["calls"].items())
             ]
-            yield Generation(
+            yield UpstreamGeneration(
                 prompt_ids=prompt_ids,
                 response_ids=a["ids"],
                 logprobs=aligned(a["ids"], a["lps"] if a["has_lps"] else None),
@@ -399,4 +464,5 @@ token the server reports (OpenAI: 20).
                 tool_calls=calls,
                 finish_reason=a["finish"] or "stop",
                 policy_version=0,
+                usage=usage,
             )
