@@ -1,0 +1,79 @@
+"""arithmetic: small sums and differences ("What is 14 - 9?"), one turn, an exact checker.
+
+The real-model learning task (``model=smollm2``): SmolLM2-135M-Instruct answers single-digit sums
+right about half the time when greedy and far less often when sampled at temperature 1, often
+burying the number in chatter that runs past ``max_tokens`` (measured in
+``benchmarks/arithmetic_bench.py``), so GRPO has a middling start and room to improve within a CPU
+budget. Chosen over the ``math`` word problems, where this model starts near 0 with or without
+the calculator tool.
+
+Problems are ``a op b`` with operands in ``1..max_operand`` and ``op`` in ``ops``; held-out
+problems are a fixed quarter of them (by a hash of the problem text), so training never sees an
+eval problem: seeds below :data:`EVAL_SEED_BASE` draw training problems, seeds from it draw eval
+problems. Reward = 1 when the reply's final number (``\\boxed{}``, then "answer ... N", then the
+last number) is the answer, else 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from functools import lru_cache
+from typing import Any
+
+from experiments.math.reward import parse_final_number
+from swarm.client.task import AgentLLM
+
+__all__ = ["EVAL_SEED_BASE", "problems", "configure", "make_instance", "run_episode", "score"]
+
+EVAL_SEED_BASE = 900_000_000  # the bench's held-out seeds start here (training seeds are far below)
+_OPTIONS: dict[str, Any] = {"max_operand": 9, "ops": "+-"}  # task.options, set by configure()
+_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+
+def _held_out(question: str) -> bool:
+    return hashlib.sha256(question.encode()).digest()[0] < 64  # a fixed quarter of the problems
+
+
+@lru_cache(maxsize=16)
+def problems(max_operand: int = 9, ops: str = "+-", held_out: bool = False) -> tuple[tuple[str, int], ...]:
+    """Every ``(question, answer)`` of one split, in a fixed order (differences never go below 0)."""
+    bad = set(ops) - set(_OPS)
+    if bad or not ops or max_operand < 1:
+        raise ValueError(f"arithmetic: ops must be a non-empty string of {''.join(_OPS)} and max_operand >= 1")
+    out = []
+    for op in ops:
+        for a in range(1, max_operand + 1):
+            for b in range(1, max_operand + 1):
+                if op == "-" and b > a:
+                    continue
+                q = f"What is {a} {op} {b}?"
+                if _held_out(q) == held_out:
+                    out.append((q, _OPS[op](a, b)))
+    return tuple(out)
+
+
+def configure(max_operand: int = 9, ops: str = "+-") -> None:
+    """Task options (``task.options.max_operand=19 task.options.ops=+-*``); checked here, once per worker."""
+    problems(int(max_operand), str(ops))
+    _OPTIONS.update(max_operand=int(max_operand), ops=str(ops))
+
+
+def make_instance(seed: int) -> dict[str, Any]:
+    """A deterministic problem: from the held-out split when ``seed >= EVAL_SEED_BASE``, else training."""
+    split = problems(_OPTIONS["max_operand"], _OPTIONS["ops"], held_out=seed >= EVAL_SEED_BASE)
+    question, answer = split[random.Random(seed).randrange(len(split))]
+    return {"question": question, "answer": answer}
+
+
+def score(reply: str | None, answer: int) -> dict[str, float]:
+    """``{"reward", "correct", "answered"}``: 1 when the reply's final number is the answer."""
+    value = parse_final_number(reply)
+    correct = float(value is not None and abs(value - answer) < 1e-9)
+    return {"reward": correct, "correct": correct, "answered": float(value is not None)}
+
+
+def run_episode(instance: dict[str, Any], llm: AgentLLM) -> dict[str, float]:
+    """One turn through the OpenAI SDK: ask the question, score the reply."""
+    message = llm.chat([{"role": "user", "content": instance["question"]}])
+    return score(message.content, int(instance["answer"]))
