@@ -21,6 +21,10 @@ gradient at once) and gradient checkpointing (``ckpt``). The update check compar
 gradient of one micro-batch on a bf16 base with the fp32 one (relative L2 error, cosine).
 
     .venv/bin/python benchmarks/memory_bench.py [--players 4] [--calls 12] [--budget 4096] [--threads 2]
+    .venv/bin/python benchmarks/memory_bench.py --model smollm2   # the real model (model=smollm2), 1-policy rows
+
+``--model smollm2`` runs the one-policy rows (chunked vs unchunked LM head, bf16, gradient
+checkpointing) on SmolLM2-135M-Instruct (vocabulary 49,152) instead of the random Qwen2 model.
 
 Prints one markdown table (the one in docs/policy.md) and a last line
 ``memory: 4 policies / 1 policy = <X>x (bf16 <Y>x), bf16 / fp32 = <Z>x``.
@@ -44,8 +48,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 VOCAB = 151_936
 
 
-def model_dir() -> Path:
-    """Build (once) and return the random ~100 M Qwen2-architecture checkpoint."""
+def model_dir(name: str = "qwen2-random") -> Path:
+    """Build (once) and return the random ~100 M Qwen2-architecture checkpoint, or the converted SmolLM2."""
+    if name == "smollm2":
+        from swarm.policy.gguf import ensure_gguf_model
+
+        return ensure_gguf_model("smollm2")
     from swarm.policy.tiny import default_cache_dir
 
     path = default_cache_dir() / "qwen2-random-100m-v1"
@@ -82,7 +90,8 @@ def child(args: argparse.Namespace) -> None:
         forward.LOGIT_CHUNK_ELEMS = 1 << 62
     lora = LoraSpec(rank=8, alpha=16, target_modules=("q_proj", "k_proj", "v_proj", "o_proj"))
     policies = [f"role{i}" for i in range(args.policies)]
-    path = model_dir()
+    path = model_dir(args.model)
+    vocab = json.loads((path / "config.json").read_text())["vocab_size"]
     if args.layout == "shared":
         models = policy_models(path, lora, policies, dtype=args.dtype, gradient_checkpointing=args.ckpt)
     else:  # before: one float32 base per policy's trainer
@@ -95,7 +104,7 @@ def child(args: argparse.Namespace) -> None:
             for q in getattr(m, "model", m).parameters():
                 q.sum()
     load = _rss_mb()
-    items = werewolves_items(0, players=args.players, calls=args.calls, vocab=VOCAB)
+    items = werewolves_items(0, players=args.players, calls=args.calls, vocab=vocab)
     t0 = time.perf_counter()
     metrics = {}
     for tr in trainers:
@@ -137,7 +146,7 @@ def grad_check(args: argparse.Namespace) -> dict[str, float]:
 
 def run(args: argparse.Namespace, **cfg: object) -> dict[str, float]:
     cmd = [sys.executable, __file__, "--child", "--players", str(args.players), "--calls", str(args.calls),
-           "--budget", str(args.budget), "--threads", str(args.threads)]
+           "--budget", str(args.budget), "--threads", str(args.threads), "--model", args.model]
     for k, v in cfg.items():
         if v is True:
             cmd.append(f"--{k}")
@@ -160,6 +169,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=12)
     ap.add_argument("--budget", type=int, default=4096)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", default="qwen2-random", choices=["qwen2-random", "smollm2"])
     args = ap.parse_args()
     if args.child:
         child(args)
@@ -167,7 +177,7 @@ def main() -> None:
     if args.grad_check:
         print(json.dumps(grad_check(args)))
         return
-    model_dir()
+    model_dir(args.model)
     rows = [
         ("1 policy, fp32", dict(policies=1)),
         ("4 policies, shared fp32 base", dict(policies=4)),
@@ -177,6 +187,8 @@ def main() -> None:
         ("1 policy, fp32, LM head unchunked (before)", dict(policies=1, chunk="off")),
         ("1 policy, fp32, gradient checkpointing", dict(policies=1, ckpt=True)),
     ]
+    if args.model == "smollm2":
+        rows = [r for r in rows if r[1].get("policies") == 1]
     res = {}
     print("| configuration | load MB | peak MB | update MB | update s |")
     print("|---|---:|---:|---:|---:|")
@@ -188,6 +200,11 @@ def main() -> None:
     first = next(iter(res.values()))
     print(f"\nmodel: {first['params'] / 1e6:.1f} M parameters; batch: {first['tokens_forward']:.0f} tokens forward "
           f"(tree-packed), {first['targets']:.0f} targets; token budget {args.budget}")
+    if args.model == "smollm2":
+        on, off = res["1 policy, fp32"], res["1 policy, fp32, LM head unchunked (before)"]
+        print(f"smollm2 memory: update {off['peak_mb'] - off['load_mb']:.0f} MB unchunked -> "
+              f"{on['peak_mb'] - on['load_mb']:.0f} MB chunked (peak {off['peak_mb']:.0f} -> {on['peak_mb']:.0f} MB)")
+        return
     gc = json.loads(subprocess.run([sys.executable, __file__, "--grad-check", "--budget", str(args.budget),
                                     "--threads", str(args.threads)], check=True, capture_output=True,
                                    text=True).stdout.strip().splitlines()[-1])

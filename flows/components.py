@@ -18,7 +18,7 @@ from swarm.pool import Pool
 from swarm.train import LoraSpec
 
 __all__ = ["ConfigError", "model_path", "make_pool", "make_backend", "make_gateway_backend",
-           "gateway_settings", "trainer_model_path", "tiny_spec"]
+           "gateway_settings", "trainer_model_path", "tiny_spec", "model_dtype", "native_bf16_cpu"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -54,6 +54,28 @@ def model_path(model: dict[str, Any]) -> str:
     return str(ensure_tiny_model(seed=int(model.get("seed", 0)), spec=spec, warmup=get_warmup(warmup)))
 
 
+def native_bf16_cpu() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX flags in /proc/cpuinfo; Linux only).
+
+    Elsewhere torch emulates bf16 matmuls on the CPU, slower than float32, so ``dtype: auto`` stays float32."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags))
+
+
+def model_dtype(model: dict[str, Any]) -> str:
+    """``model.dtype`` with ``auto`` resolved: bfloat16 on CUDA or a CPU with native bf16, else float32."""
+    dtype = str(model.get("dtype") or "float32")
+    if dtype != "auto":
+        return dtype
+    if str(model.get("device", "cpu")).startswith("cuda") or native_bf16_cpu():
+        return "bfloat16"
+    return "float32"
+
+
 def tiny_spec(model: dict[str, Any]) -> Any:
     """The tiny model's architecture: :class:`~swarm.policy.tiny.TinySpec` with ``model.tiny_spec`` overrides
     (e.g. ``{hidden_size: 256, intermediate_size: 1024}``: a 2x wider model, same tokenizer); None = the default."""
@@ -87,7 +109,7 @@ def make_backend(model: dict[str, Any], policies: list[str], lora: LoraSpec | No
         peft = None if lora is None else {"r": lora.rank, "alpha": lora.alpha, "dropout": lora.dropout,
                                           "target_modules": list(lora.target_modules)}
         return build_backend("hf", model_path=model_path(model), policies=list(policies), lora=peft,
-                             device=model.get("device", "cpu"), dtype=model.get("dtype", "float32"),
+                             device=model.get("device", "cpu"), dtype=model_dtype(model),
                              max_batch_size=int(model.get("max_batch_size", 16)),
                              torch_threads=model.get("torch_threads"),
                              chat_template=model.get("chat_template"), tool_parser=model.get("tool_parser"))

@@ -30,6 +30,7 @@ from flows.components import (
     gateway_settings,
     make_gateway_backend,
     make_pool,
+    model_dtype,
     trainer_model_path,
 )
 from flows.config import BatchingSection, RunConfig, check_task, make_train_config, validate
@@ -258,7 +259,7 @@ def follow_flow(cfg: RunConfig) -> int:
 
 def _trainer_models(cfg: RunConfig, path: str, tc: Any, device: Any) -> dict[str, Any]:
     """One shared frozen base (``model.dtype``) with a LoRA adapter per policy; full fine-tuning: one copy each."""
-    return policy_models(path, tc.lora, cfg.policies, dtype=str(cfg.model.get("dtype") or "float32"), device=device,
+    return policy_models(path, tc.lora, cfg.policies, dtype=model_dtype(cfg.model), device=device,
                          gradient_checkpointing=cfg.train.gradient_checkpointing)
 
 
