@@ -1,6 +1,7 @@
 """verifiers: a verifiers (v1) environment as a swarm task, its rubric as the reward.
 
-``python -m flows.train +task=verifiers task.options.env=<taskset module or installed id>`` runs the
+``python -m flows.train --config-dir experiments/verifiers/conf +task=verifiers task.options.env=<taskset module>``
+(in a venv with verifiers; the task file lives beside the package, see its README) runs the
 environment's own episode for each swarm episode (:mod:`experiments.verifiers.rollout`): verifiers'
 interception server relays the seat's model calls to the episode's gateway URL with its key, so every
 call is recorded as a step; the task's ``@vf.reward`` functions score the trace and their weighted sum
