@@ -1,13 +1,20 @@
 """The batched decode loop of the ``hf`` backend: one forward pass per token for a whole batch.
 
 Rows (one per sample) are left-padded into one batch with an attention mask and per-row position
-ids, prefilled once, then decoded one token per step with the KV cache. Each row samples with its
-own temperature, top_p and seeded ``torch.Generator``, so a row's tokens do not depend on what
-else is in the batch (up to float rounding of the batched matmuls). Text is decoded incrementally:
-a row only emits text that can no longer change (no trailing partial UTF-8 character, no suffix
-that could still grow into a stop string), so the streamed pieces always concatenate to the final
-text. A row with a grammar (``Row.mask``, ``swarm.policy.constraint``) samples from its logits with
-the disallowed tokens at ``-inf``, and records the logprob under that masked distribution.
+ids, prefilled once, then decoded one token per step with the KV cache. Sampling stays on the
+device and runs on the whole batch at once (``sampling.py``): grammar masks, temperature, top-k
+and top-p as ``(B, V)`` tensor operations, each row with its own parameters, and one counter-based
+uniform number per row and step, so a seeded row's tokens do not depend on what else is in the
+batch (up to float rounding of the batched matmuls). Only the chosen ids, their logprobs, the
+asked top logprobs and a grammar check cross to the host, as one small tensor per step.
+
+A row with a grammar (``Row.mask``, ``swarm.policy.constraint``) fills its row of a packed
+bitmask on the host (xgrammar); the bitmask (``V / 32`` int32 per row) goes to the device and
+sets the disallowed logits to ``-inf`` before the distribution is computed, so the recorded
+logprob is that of the masked distribution. Text is decoded incrementally for rows that stream
+or have stop strings: a row only emits text that can no longer change (no trailing partial UTF-8
+character, no suffix that could still grow into a stop string), so the streamed pieces always
+concatenate to the final text; other rows decode their text once, when they finish.
 
 Runs in the backend's worker thread; knows nothing of asyncio, queues or adapters.
 """
@@ -22,7 +29,7 @@ from typing import Any
 import torch
 
 from swarm.policy.base import SamplingParams
-from swarm.policy.sampling import processed_logprobs, sample_from
+from swarm.policy.sampling import BatchParams, batch_logprobs, sample, uniforms
 
 __all__ = ["Row", "decode_batch"]
 
@@ -34,7 +41,7 @@ class Row:
     index: int  # sample index within its request (0..n-1)
     prompt_ids: list[int]
     sampling: SamplingParams
-    generator: torch.Generator
+    seed: int = 0  # with index and step, the only input of this row's random numbers
     owner: Any = None  # the request job this row belongs to
     mask: Any = None  # a constraint.TokenMask: the grammar this row's reply must follow
     ids: list[int] = field(default_factory=list)
@@ -44,6 +51,7 @@ class Row:
     emitted: str = ""  # text already handed out as deltas
     finish_reason: str | None = None
     cancelled: bool = False
+    stream: bool = True  # text is wanted token by token (else decoded once at the end, unless stop strings)
 
     @property
     def done(self) -> bool:
@@ -82,18 +90,50 @@ def _update_text(row: Row, tokenizer: Any, eos_ids: set[int]) -> str:
     return delta
 
 
-def _masked(logits: torch.Tensor, mask: Any) -> torch.Tensor:
-    """Logits with the tokens the grammar forbids next at ``-inf``."""
-    allowed = mask.allowed()
-    if not bool(allowed.any()):
-        raise RuntimeError("the grammar allows no next token")
-    return logits.masked_fill(~allowed, float("-inf"))
+def _unpack(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
+    """xgrammar's packed int32 bitmask ``(B, ceil(V/32))`` -> bool ``(B, V)``, on the bitmask's device."""
+    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
+    return ((bitmask.unsqueeze(-1) >> shifts) & 1).reshape(bitmask.shape[0], -1)[:, :vocab].bool()
 
 
-def _top(logp: torch.Tensor, k: int) -> list[tuple[int, float]]:
-    """The ``k`` most likely tokens of a processed distribution (never one it cannot sample)."""
-    vals, idx = logp.topk(min(k, logp.numel()))
-    return [(int(i), float(v)) for v, i in zip(vals.tolist(), idx.tolist(), strict=True) if v > float("-inf")]
+class _Sampler:
+    """A batch's sampling state on the device: parameters, random numbers and the grammar bitmask."""
+
+    def __init__(self, rows: list[Row], steps: int, device: torch.device) -> None:
+        s = [r.sampling for r in rows]
+        self.rows = rows
+        self.device = device
+        self.params = BatchParams.of([x.temperature for x in s], [x.top_p for x in s],
+                                     [int(getattr(x, "top_k", 0) or 0) for x in s], device=device)
+        self.u = uniforms([r.seed for r in rows], [r.index for r in rows], steps).to(device)
+        self.top_k = max(x.top_logprobs for x in s)
+        self.masked = [b for b, r in enumerate(rows) if r.mask is not None]
+        self.bitmask = None
+        if self.masked:
+            import xgrammar as xgr
+
+            self.bitmask = xgr.allocate_token_bitmask(len(rows), rows[self.masked[0]].mask.vocab)
+
+    def step(self, logits: torch.Tensor, step: int) -> tuple[torch.Tensor, list[list[float]]]:
+        """The chosen ids on the device, and per row ``[id, logprob, grammar-ok, top values..., top ids...]``
+        on the host (one transfer)."""
+        logits = logits.float()
+        ok = torch.ones(logits.shape[0], dtype=torch.bool, device=logits.device)
+        if self.bitmask is not None:
+            self.bitmask.fill_(-1)
+            for b in self.masked:
+                if not self.rows[b].done:
+                    self.rows[b].mask.fill(self.bitmask, b)
+            allowed = _unpack(self.bitmask.to(logits.device, non_blocking=True), logits.shape[-1])
+            ok = allowed.any(dim=-1)
+            logits = logits.masked_fill(~allowed, float("-inf"))
+        logp = batch_logprobs(logits, self.params)
+        ids = sample(logp, self.u[:, step], self.params)
+        parts = [ids.double()[:, None], logp.gather(-1, ids[:, None]).double(), ok.double()[:, None]]
+        if self.top_k:
+            vals, idx = logp.topk(min(self.top_k, logp.shape[-1]), dim=-1)
+            parts += [vals.double(), idx.double()]
+        return ids, torch.cat(parts, dim=-1).cpu().tolist()
 
 
 def _cache_of(out: Any) -> Any:
@@ -131,37 +171,42 @@ def decode_batch(
     out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
     past = _cache_of(out)
     steps = max(r.sampling.max_tokens for r in rows)
+    sampler = _Sampler(rows, steps, device)
     for step in range(steps):
-        logits = out.logits[:, -1, :].float().cpu()
-        chosen = [pad_id] * batch
+        chosen, ids = sampler.step(out.logits[:, -1, :], step)
         for b, r in enumerate(rows):
             if r.done:
                 continue
             s = r.sampling
-            row_logits = logits[b] if r.mask is None else _masked(logits[b], r.mask)
-            logp = processed_logprobs(row_logits, s.temperature, s.top_p)
-            tok = sample_from(logp, s.temperature, r.generator)
+            tok, lp = int(ids[b][0]), ids[b][1]
+            if not ids[b][2]:
+                raise RuntimeError("the grammar allows no next token")
             if r.mask is not None and not r.mask.accept(tok):
                 raise RuntimeError(f"sampled token {tok} outside the grammar's mask")
-            chosen[b] = tok
             r.ids.append(tok)
-            r.logprobs.append(float(logp[tok]))
+            r.logprobs.append(lp)
             if s.top_logprobs > 0:
-                r.top.append(_top(logp, s.top_logprobs))
+                k = sampler.top_k
+                pairs = zip(ids[b][3 + k : 3 + k + s.top_logprobs], ids[b][3 : 3 + s.top_logprobs], strict=True)
+                r.top.append([(int(i), v) for i, v in pairs if v > float("-inf")])
             if tok in eos_ids:
                 r.finish_reason = "stop"
-            delta = _update_text(r, tokenizer, eos_ids)  # may set finish_reason on a stop string
+            delta = ""
+            if r.stream or s.stop:
+                delta = _update_text(r, tokenizer, eos_ids)  # may set finish_reason on a stop string
             if r.finish_reason is None and len(r.ids) >= s.max_tokens:
                 r.finish_reason = "length"
-                delta += _update_text(r, tokenizer, eos_ids)  # flush held-back text
-            on_token(r, tok, r.logprobs[-1], delta)
+            if r.finish_reason is not None:
+                delta += _update_text(r, tokenizer, eos_ids)  # the final text; flush held-back text
+            on_token(r, tok, lp, delta)
             if r.finish_reason is not None:
                 on_finish(r)
         if all(r.done for r in rows) or step == steps - 1:
             break
         mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=1)
+        # the ids sampled on the device go straight back in (finished rows' tokens are computed and ignored)
         out = model(
-            input_ids=torch.tensor(chosen, device=device).unsqueeze(1),
+            input_ids=chosen.unsqueeze(1),
             attention_mask=mask,
             position_ids=next_pos.unsqueeze(1),
             use_cache=True,

@@ -241,6 +241,10 @@ class TokenMask:
         self._m.fill_next_token_bitmask(self._buf)
         return _unpack(self._buf[0], self.vocab)
 
+    def fill(self, bitmask: torch.Tensor, index: int) -> None:
+        """Write the allowed next tokens into row ``index`` of a packed batch bitmask (xgrammar's int32 layout)."""
+        self._m.fill_next_token_bitmask(bitmask, int(index))
+
     def accept(self, token: int) -> bool:
         """Advance past ``token``; False if the grammar does not allow it (the state is unchanged)."""
         return bool(self._m.accept_token(int(token)))

@@ -258,7 +258,7 @@ class HFBackend(LocalTokenizer, VersionTable):
         seed = s.seed if s.seed is not None else self._rng.getrandbits(62)
         c = request.constraint
         rows = [
-            Row(index=i, prompt_ids=ids, sampling=s, generator=torch.Generator().manual_seed(int(seed) + i),
+            Row(index=i, prompt_ids=ids, sampling=s, seed=int(seed), stream=deltas,
                 mask=None if c is None else self.grammars().matcher(c))
             for i in range(s.n)
         ]
