@@ -212,15 +212,15 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
     cfg = compose(overrides, out_dir)
     task, algo = cfg["task"], cfg["algo"]
     updates = int(cfg["train"]["updates"]) if updates is None else updates
-    if cfg["model"].get("backend") == "hf":  # the tiny model is built once with its warm-up, then cached
+    if cfg["model"].get("backend") == "hf":  # the tiny model ships (or is built once), a GGUF is converted once
         t_model = time.time()
         path = Path(model_path(cfg["model"]))
         from swarm.policy.shipped import sha256_file
 
         digest = sha256_file(path / "model.safetensors")[:16]
         log(f"model ready in {time.time() - t_model:.0f}s "
-            f"({cfg['model'].get('path') or 'tiny, warm-up ' + str(cfg['model'].get('warmup'))}; "
-            f"model.safetensors sha256 {digest}, the same on every machine for a shipped checkpoint)")
+            f"({cfg['model'].get('path') or cfg['model'].get('gguf') or 'tiny, warm-up ' + str(cfg['model'].get('warmup'))}; "
+            f"model.safetensors sha256 {digest}, the same on every machine for a shipped or converted checkpoint)")
     base = baselines(task, eval_games)
     log(f"baselines on the {eval_games} eval seeds (no model): random-legal {100 * base['random_legal']:.1f}%, "
         f"all voting the lowest number {100 * base['agree_lowest']:.1f}%, heuristic {100 * base['heuristic']:.1f}%")
