@@ -28,8 +28,9 @@ from typing import Any
 
 import torch
 
+from swarm.policy import _batch_cache
 from swarm.policy.base import SamplingParams
-from swarm.policy.sampling import BatchParams, batch_logprobs, sample, uniforms
+from swarm.policy.sampling import BatchParams, batch_logprobs, sample, uniforms_at
 
 __all__ = ["Row", "decode_batch"]
 
@@ -99,13 +100,13 @@ def _unpack(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
 class _Sampler:
     """A batch's sampling state on the device: parameters, random numbers and the grammar bitmask."""
 
-    def __init__(self, rows: list[Row], steps: int, device: torch.device) -> None:
+    def __init__(self, rows: list[Row], device: torch.device) -> None:
         s = [r.sampling for r in rows]
         self.rows = rows
         self.device = device
         self.params = BatchParams.of([x.temperature for x in s], [x.top_p for x in s],
                                      [int(getattr(x, "top_k", 0) or 0) for x in s], device=device)
-        self.u = uniforms([r.seed for r in rows], [r.index for r in rows], steps).to(device)
+        self.seeds, self.indices = [r.seed for r in rows], [r.index for r in rows]
         self.top_k = max(x.top_logprobs for x in s)
         self.masked = [b for b, r in enumerate(rows) if r.mask is not None]
         self.bitmask = None
@@ -114,7 +115,7 @@ class _Sampler:
 
             self.bitmask = xgr.allocate_token_bitmask(len(rows), rows[self.masked[0]].mask.vocab)
 
-    def step(self, logits: torch.Tensor, step: int) -> tuple[torch.Tensor, list[list[float]]]:
+    def step(self, logits: torch.Tensor) -> tuple[torch.Tensor, list[list[float]]]:
         """The chosen ids on the device, and per row ``[id, logprob, grammar-ok, top values..., top ids...]``
         on the host (one transfer)."""
         logits = logits.float()
@@ -128,7 +129,8 @@ class _Sampler:
             ok = allowed.any(dim=-1)
             logits = logits.masked_fill(~allowed, float("-inf"))
         logp = batch_logprobs(logits, self.params)
-        ids = sample(logp, self.u[:, step], self.params)
+        u = uniforms_at(self.seeds, self.indices, [len(r.ids) for r in self.rows])  # each row's own step
+        ids = sample(logp, u.to(self.device, non_blocking=True), self.params)
         parts = [ids.double()[:, None], logp.gather(-1, ids[:, None]).double(), ok.double()[:, None]]
         if self.top_k:
             vals, idx = logp.topk(min(self.top_k, logp.shape[-1]), dim=-1)
@@ -142,6 +144,46 @@ def _cache_of(out: Any) -> Any:
 
 
 @torch.inference_mode()
+def _prefill(model: Any, rows: list[Row], pad_id: int, device: torch.device) -> tuple[Any, Any, torch.Tensor]:
+    """One forward pass over the rows' left-padded prompts: (last-position logits, cache, attention mask)."""
+    batch, width = len(rows), max(len(r.prompt_ids) for r in rows)
+    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((batch, width), dtype=torch.long)
+    for b, r in enumerate(rows):
+        input_ids[b, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, dtype=torch.long)
+        mask[b, width - len(r.prompt_ids) :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    input_ids, mask, positions = input_ids.to(device), mask.to(device), positions.to(device)
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    return out.logits[:, -1, :], _cache_of(out), mask
+
+
+def _finish_token(r: Row, tok: int, lp: float, result: list[float], top_k: int, tokenizer: Any,
+                  eos_ids: set[int]) -> str:
+    """Record one sampled token on its row (ids, logprob, top logprobs, finish); returns the text to emit."""
+    s = r.sampling
+    if not result[2]:
+        raise RuntimeError("the grammar allows no next token")
+    if r.mask is not None and not r.mask.accept(tok):
+        raise RuntimeError(f"sampled token {tok} outside the grammar's mask")
+    r.ids.append(tok)
+    r.logprobs.append(lp)
+    if s.top_logprobs > 0:
+        pairs = zip(result[3 + top_k : 3 + top_k + s.top_logprobs], result[3 : 3 + s.top_logprobs], strict=True)
+        r.top.append([(int(i), v) for i, v in pairs if v > float("-inf")])
+    if tok in eos_ids:
+        r.finish_reason = "stop"
+    delta = ""
+    if r.stream or s.stop:
+        delta = _update_text(r, tokenizer, eos_ids)  # may set finish_reason on a stop string
+    if r.finish_reason is None and len(r.ids) >= s.max_tokens:
+        r.finish_reason = "length"
+    if r.finish_reason is not None:
+        delta += _update_text(r, tokenizer, eos_ids)  # the final text; flush held-back text
+    return delta
+
+
+@torch.inference_mode()
 def decode_batch(
     model: Any,
     tokenizer: Any,
@@ -152,65 +194,58 @@ def decode_batch(
     device: torch.device,
     on_token: Callable[[Row, int, float, str], None],
     on_finish: Callable[[Row], None],
+    admit: Callable[[int], list[Row]] | None = None,
+    max_rows: int | None = None,
 ) -> None:
-    """Generate every row to completion, calling ``on_token`` per sampled token and ``on_finish`` per row."""
-    batch = len(rows)
-    width = max(len(r.prompt_ids) for r in rows)
-    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
-    mask = torch.zeros((batch, width), dtype=torch.long)
-    for b, r in enumerate(rows):
-        input_ids[b, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, dtype=torch.long)
-        mask[b, width - len(r.prompt_ids) :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    input_ids, mask, positions = input_ids.to(device), mask.to(device), positions.to(device)
-    next_pos = torch.tensor([len(r.prompt_ids) for r in rows], device=device)
+    """Generate every row to completion, calling ``on_token`` per sampled token and ``on_finish`` per row.
 
+    Continuous batching: a finished row leaves the batch at once; ``admit(free)`` is asked between
+    steps for up to ``free`` new rows (``max_rows`` in all), which are prefilled and join the next step.
+    """
+    max_rows = max_rows or len(rows)
     # transformers >= 5.2x renamed past_key_values to cache (the old name still works, with a warning)
     params = inspect.signature(model.get_base_model().forward if hasattr(model, "get_base_model") else model.forward)
     cache_kw = "cache" if "cache" in params.parameters else "past_key_values"
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    past = _cache_of(out)
-    steps = max(r.sampling.max_tokens for r in rows)
-    sampler = _Sampler(rows, steps, device)
-    for step in range(steps):
-        chosen, ids = sampler.step(out.logits[:, -1, :], step)
+    logits, past, mask = _prefill(model, rows, pad_id, device)
+    valid = [len(r.prompt_ids) for r in rows]  # KV positions each row attends to (its next position id)
+    next_pos = torch.tensor(valid, device=device)
+    sampler = _Sampler(rows, device)
+    while rows:
+        chosen, results = sampler.step(logits)
         for b, r in enumerate(rows):
-            if r.done:
+            if r.done:  # cancelled by its caller
                 continue
-            s = r.sampling
-            tok, lp = int(ids[b][0]), ids[b][1]
-            if not ids[b][2]:
-                raise RuntimeError("the grammar allows no next token")
-            if r.mask is not None and not r.mask.accept(tok):
-                raise RuntimeError(f"sampled token {tok} outside the grammar's mask")
-            r.ids.append(tok)
-            r.logprobs.append(lp)
-            if s.top_logprobs > 0:
-                k = sampler.top_k
-                pairs = zip(ids[b][3 + k : 3 + k + s.top_logprobs], ids[b][3 : 3 + s.top_logprobs], strict=True)
-                r.top.append([(int(i), v) for i, v in pairs if v > float("-inf")])
-            if tok in eos_ids:
-                r.finish_reason = "stop"
-            delta = ""
-            if r.stream or s.stop:
-                delta = _update_text(r, tokenizer, eos_ids)  # may set finish_reason on a stop string
-            if r.finish_reason is None and len(r.ids) >= s.max_tokens:
-                r.finish_reason = "length"
-            if r.finish_reason is not None:
-                delta += _update_text(r, tokenizer, eos_ids)  # the final text; flush held-back text
+            tok, lp = int(results[b][0]), results[b][1]
+            delta = _finish_token(r, tok, lp, results[b], sampler.top_k, tokenizer, eos_ids)
             on_token(r, tok, lp, delta)
             if r.finish_reason is not None:
                 on_finish(r)
-        if all(r.done for r in rows) or step == steps - 1:
-            break
-        mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=1)
-        # the ids sampled on the device go straight back in (finished rows' tokens are computed and ignored)
-        out = model(
-            input_ids=chosen.unsqueeze(1),
-            attention_mask=mask,
-            position_ids=next_pos.unsqueeze(1),
-            use_cache=True,
-            **{cache_kw: past},
-        )
-        past = _cache_of(out)
-        next_pos = next_pos + 1
+        keep = [b for b, r in enumerate(rows) if not r.done]
+        if len(keep) < len(rows):  # finished rows leave now
+            rows, valid = [rows[b] for b in keep], [valid[b] for b in keep]
+            if keep:
+                index = torch.tensor(keep, device=device)
+                _batch_cache.select_rows(past, index)
+                mask, next_pos, chosen = mask[index], next_pos[index], chosen[index]
+                unused = mask.shape[1] - max(valid)  # leading columns only finished rows used
+                if unused > 0:
+                    _batch_cache.trim_left(past, unused)
+                    mask = mask[:, unused:]
+        if rows:
+            mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=device)], dim=1)
+            out = model(input_ids=chosen.unsqueeze(1), attention_mask=mask, position_ids=next_pos.unsqueeze(1),
+                        use_cache=True, **{cache_kw: past})
+            logits, past = out.logits[:, -1, :], _cache_of(out)
+            next_pos, valid = next_pos + 1, [v + 1 for v in valid]
+        # an emptied batch ends here: the worker's next batch collects what waits (and other policies get a turn)
+        room = admit is not None and 0 < len(rows) < max_rows and _batch_cache.mergeable(past)
+        joined = admit(max_rows - len(rows)) if room else []
+        if joined:
+            new_logits, new_past, new_mask = _prefill(model, joined, pad_id, device)
+            new_valid = [len(r.prompt_ids) for r in joined]
+            mask = _batch_cache.merge(past, mask, new_past, new_mask)
+            logits = torch.cat([logits, new_logits], dim=0)
+            next_pos = torch.cat([next_pos, torch.tensor(new_valid, device=device)])
+            rows, valid = rows + joined, valid + new_valid
+        if rows and (joined or len(keep) < len(sampler.rows)):
+            sampler = _Sampler(rows, device)  # the batch changed: its parameters, seeds and bitmask rows

@@ -13,8 +13,13 @@ per batch with ``set_adapter``); one without uses the base weights. ``load_weigh
 policy's weights under the lock a batch holds while decoding: a generation in flight finishes on
 the old weights and reports the version it started with; the next batch gets the new version.
 
-Not here: continuous batching (a batch runs until its longest row ends), prefix caching,
-speculative decoding, tensor parallelism. Use the ``vllm`` backend for throughput.
+Continuous batching: a request that arrives while a batch of its policy decodes joins it at the
+next step (prefilled apart, its KV cache merged into the batch's: ``_batch_cache.py``), and a
+finished row leaves at once, so its caller gets the answer then and the batch stops computing it.
+Another policy's waiting request stops admissions, so policies alternate batch by batch.
+
+Not here: prefix caching, a paged KV cache, CUDA graphs, speculative decoding, tensor
+parallelism. Use the ``vllm`` backend for throughput.
 """
 
 from __future__ import annotations
@@ -144,6 +149,7 @@ class HFBackend(LocalTokenizer, VersionTable):
         self._start_lock = threading.Lock()
         self._rng = random.SystemRandom()
         self._grammars: Grammars | None = None
+        self._stopping = False  # close() was called: running batches take no new rows
         self.stats = {"batches": 0, "rows": 0, "tokens": 0}  # cumulative, for monitoring and tests
 
     # ----------------------------------------------------------------------------- setup
@@ -420,6 +426,13 @@ class HFBackend(LocalTokenizer, VersionTable):
             if job.remaining == 0:
                 self._send(job, _DONE)
 
+        def admit(free: int) -> list[Row]:
+            joined = self._admit(policy, free)
+            for j in joined:
+                j.version = version
+            self.stats["rows"] += sum(len(j.rows) for j in joined)
+            return [r for j in joined for r in j.rows]
+
         with self._adapter_context(policy):
             decode_batch(
                 self.model,
@@ -430,7 +443,41 @@ class HFBackend(LocalTokenizer, VersionTable):
                 device=self.device,
                 on_token=on_token,
                 on_finish=on_finish,
+                admit=admit,
+                max_rows=self.max_batch_size,
             )
+
+    def _admit(self, policy: str, free: int) -> list[_Job]:
+        """Jobs of ``policy`` that arrived while its batch runs and fit in ``free`` rows (continuous batching).
+
+        None while a weight swap waits (the batch drains, the swap goes next) or while another
+        policy's job waits (policies alternate batch by batch instead of one starving the other).
+        """
+        if self._swaps_waiting or self._stopping or any(j.request.policy != policy for j in self._backlog):
+            return []
+        out: list[_Job] = []
+        for j in list(self._backlog):  # same-policy jobs that did not fit before
+            if not j.cancelled and len(j.rows) <= free:
+                self._backlog.remove(j)
+                out.append(j)
+                free -= len(j.rows)
+        while free > 0:
+            try:
+                j = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if j is None:  # close(): finish what runs, take nothing more
+                self._stopping = True
+                self._queue.put(None)
+                break
+            if j.cancelled:
+                continue
+            if j.request.policy != policy or len(j.rows) > free:
+                self._backlog.append(j)
+                break
+            out.append(j)
+            free -= len(j.rows)
+        return out
 
     @staticmethod
     def _send(job: _Job, item: Any) -> None:

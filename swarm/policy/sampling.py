@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["BatchParams", "batch_logprobs", "processed_logprobs", "sample", "uniforms", "sample_from"]
+__all__ = ["BatchParams", "batch_logprobs", "processed_logprobs", "sample", "uniforms", "uniforms_at", "sample_from"]
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -95,14 +95,24 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
-def uniforms(seeds: Sequence[int], indices: Sequence[int], steps: int) -> torch.Tensor:
-    """Float64 ``(B, steps)`` in [0, 1): row b's number at step s is a hash of ``(seeds[b], indices[b], s)`` only."""
+def _rows(seeds: Sequence[int], indices: Sequence[int]) -> np.ndarray:
     seed = np.asarray([int(s) & 0xFFFFFFFFFFFFFFFF for s in seeds], dtype=np.uint64)
-    index = np.asarray([int(i) for i in indices], dtype=np.uint64)
-    row = _splitmix64(_splitmix64(seed) ^ index)
-    h = _splitmix64(row[:, None] ^ _splitmix64(np.arange(steps, dtype=np.uint64))[None, :])
+    return _splitmix64(_splitmix64(seed) ^ np.asarray([int(i) for i in indices], dtype=np.uint64))
+
+
+def _unit(h: np.ndarray) -> torch.Tensor:
     u = (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
     return torch.from_numpy(np.minimum(u, 1.0 - 2.0**-40))
+
+
+def uniforms(seeds: Sequence[int], indices: Sequence[int], steps: int) -> torch.Tensor:
+    """Float64 ``(B, steps)`` in [0, 1): row b's number at step s is a hash of ``(seeds[b], indices[b], s)`` only."""
+    return _unit(_splitmix64(_rows(seeds, indices)[:, None] ^ _splitmix64(np.arange(steps, dtype=np.uint64))[None, :]))
+
+
+def uniforms_at(seeds: Sequence[int], indices: Sequence[int], steps: Sequence[int]) -> torch.Tensor:
+    """Float64 ``(B,)``: row b's number at its own step ``steps[b]`` (the same as :func:`uniforms` gives there)."""
+    return _unit(_splitmix64(_rows(seeds, indices) ^ _splitmix64(np.asarray([int(s) for s in steps], dtype=np.uint64))))
 
 
 def sample(logp: torch.Tensor, u: torch.Tensor, params: BatchParams) -> torch.Tensor:

@@ -219,3 +219,36 @@ def test_base_policy_takes_a_plain_state_dict(lora_backend):
         b.load_weights("base", {"no.such.weight": w}, version=2)
     with pytest.raises(ValidationError):
         b.load_weights("a", {"base_model.model.bogus.lora_A.weight": torch.zeros(1)}, version=2)
+
+
+def test_a_request_arriving_mid_batch_joins_it_and_finishes_first(hf_backend):
+    b = hf_backend
+    b.eos_ids = set()  # fixed lengths: the long reply cannot end early
+    short = req(max_tokens=6, seed=2, temperature=0.9)
+    [alone] = run(b.generate(short))
+    batches = b.stats["batches"]
+
+    async def scenario():
+        started, order = asyncio.Event(), []
+
+        async def long_call():
+            n = 0
+            async for item in b.stream(req(max_tokens=300, seed=1)):
+                n += isinstance(item, TokenDelta)
+                if n == 20:
+                    started.set()
+            order.append("long")
+
+        async def short_call():
+            await started.wait()
+            gens = await b.generate(short)
+            order.append("short")
+            return gens[0]
+
+        _, joined = await asyncio.gather(long_call(), short_call())
+        return order, joined
+
+    order, joined = run(scenario())
+    assert order == ["short", "long"] and b.stats["batches"] == batches + 1  # joined the running batch, left first
+    assert joined.response_ids == alone.response_ids and joined.text == alone.text
+    assert max(abs(x - y) for x, y in zip(joined.logprobs, alone.logprobs, strict=True)) < 1e-4
