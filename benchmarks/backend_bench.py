@@ -1,0 +1,186 @@
+"""Benchmark: the ``hf`` backend against plain transformers ``generate``, same model, prompts and LoRA, side by side.
+
+For each concurrency ``c`` in ``--calls``, ``c`` chat calls (prompts of different lengths) go to
+the ``hf`` backend at once (one batch, ``asyncio.gather``), then the same ``c`` prompts go to
+``model.generate`` as one left-padded batch of the very same peft model object. Both sample
+(temperature 1, no top-p / top-k) exactly ``--tokens`` new tokens per call: the end-of-turn
+token is disabled on both sides (the backend's ``eos_ids`` emptied, ``min_new_tokens`` for
+``generate``), so both do the same work. The backend also computes the exact logprob of every
+sampled token; plain ``generate`` returns none. ``--cb`` adds transformers' continuous batching
+(``generate_batch``, its defaults, ``return_logprobs``) on the base model. Each cell is the best
+of ``--reps`` timed runs after one warm-up.
+
+Models: ``tiny`` (the locally built default), ``smollm2`` (SmolLM2-135M-Instruct from its
+packaged GGUF, ``conf/model/smollm2.yaml``), ``random153m`` (the random Llama of
+``benchmarks/gpu_check.py``), or a folder.
+
+    .venv/bin/python benchmarks/backend_bench.py --threads 1                     # CPU, tiny
+    .venv/bin/python benchmarks/backend_bench.py --model smollm2 --calls 8,32 --tokens 16
+    python benchmarks/backend_bench.py --device cuda --model random153m --calls 8,64,256 --tokens 64 --dtype bfloat16
+
+The last line is ``backend: hf/generate = <ratio> at <n> calls`` for the largest concurrency
+(the other ratios follow in parentheses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+WORDS = "wolf seer village night vote player accuse defend protect doctor hunter moon".split()
+
+
+def model_folder(name: str, root: Path, dtype: torch.dtype) -> str:
+    """The checkpoint folder for ``--model``."""
+    if name == "tiny":
+        from swarm.policy.tiny import ensure_tiny_model
+
+        return str(ensure_tiny_model(cache_dir=Path(__file__).resolve().parents[1] / ".cache" / "models"))
+    if name == "smollm2":
+        from flows.components import model_path
+
+        return model_path({"backend": "hf", "gguf": "smollm2"})
+    if name.startswith("random"):
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from gpu_check import build_model_dir
+
+        big = name == "random867m"
+        return str(build_model_dir(root, 2048 if big else 1024, 16 if big else 8, 16, 4, 32000, dtype))
+    return name
+
+
+def prompts(n: int) -> list[list[dict[str, str]]]:
+    """``n`` chat prompts of different lengths (1 to 24 words)."""
+    return [[{"role": "user", "content": f"player {i}: " + " ".join(WORDS[(i + k) % len(WORDS)] for k in range(1 + (i * 7) % 24))}]
+            for i in range(n)]
+
+
+def best(fn: Any, reps: int) -> tuple[int, float]:
+    """(tokens, seconds) of the fastest of ``reps`` runs of ``fn`` after one warm-up."""
+    fn()
+    runs = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        tokens = fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        runs.append((tokens, time.perf_counter() - t))
+    return min(runs, key=lambda r: r[1] / max(r[0], 1))
+
+
+def run_backend(backend: Any, policy: str, msgs: list, ids: list[list[int]], tokens: int) -> int:
+    from swarm.policy.base import GenerateRequest, SamplingParams
+
+    # the gateway hands over the rendered prompt ids with the messages, so the backend does not render them again
+    reqs = [GenerateRequest(policy, messages=m, prompt_ids=x, sampling=SamplingParams(max_tokens=tokens, seed=i))
+            for i, (m, x) in enumerate(zip(msgs, ids, strict=True))]
+
+    async def go() -> list:
+        return await asyncio.gather(*(backend.generate(r) for r in reqs))
+
+    return sum(len(g.response_ids) for gens in asyncio.run(go()) for g in gens)
+
+
+def run_generate(backend: Any, policy: str, ids: list[list[int]], tokens: int) -> int:
+    width = max(len(x) for x in ids)
+    inp = torch.full((len(ids), width), backend.pad_id, dtype=torch.long)
+    mask = torch.zeros_like(inp)
+    for b, x in enumerate(ids):
+        inp[b, width - len(x):] = torch.tensor(x)
+        mask[b, width - len(x):] = 1
+    with torch.inference_mode(), backend._adapter_context(policy):
+        out = backend.model.generate(input_ids=inp.to(backend.device), attention_mask=mask.to(backend.device),
+                                     do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=tokens,
+                                     min_new_tokens=tokens, pad_token_id=backend.pad_id)
+    return int(out.shape[0] * (out.shape[1] - width))
+
+
+def run_cb(backend: Any, ids: list[list[int]], tokens: int) -> int:
+    from transformers import GenerationConfig
+
+    cfg = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=tokens,
+                           min_new_tokens=tokens, eos_token_id=None, pad_token_id=backend.pad_id)
+    out = backend.base_model.generate_batch(inputs=ids, generation_config=cfg, progress_bar=False)
+    return sum(len(o.generated_tokens) for o in out.values())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--calls", default="8,32,64")
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--lora-r", type=int, default=8, help="0: base weights, no adapter")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--wait-ms", type=float, default=5, help="the backend's batch_wait_ms (its default: 5)")
+    ap.add_argument("--cb", action="store_true", help="also time transformers' generate_batch (continuous batching)")
+    args = ap.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA GPU: backend_bench skipped")
+        return 0
+    torch.set_num_threads(args.threads)
+    from swarm.policy.hf import HFBackend
+
+    calls = [int(c) for c in args.calls.split(",")]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = model_folder(args.model, Path(tmp), getattr(torch, args.dtype))
+        policy = "p"
+        policies = {policy: {"r": args.lora_r} if args.lora_r else None}
+        backend = HFBackend(path, policies=policies, device=args.device, dtype=args.dtype, max_batch_size=max(calls),
+                            batch_wait_ms=args.wait_ms, lora={"r": args.lora_r} if args.lora_r else None)
+        backend.eos_ids = set()  # fixed-length replies on both sides: the same work per call
+        params = sum(p.numel() for p in backend.base_model.parameters())
+        cores = os.cpu_count()
+        load = os.getloadavg()[0]
+        print(f"model {args.model} ({params / 1e6:.1f} M params, vocab {backend.vocab_size(policy)}), {args.device} "
+              f"{args.dtype}, LoRA r{args.lora_r}, {args.tokens} tokens/call, torch threads {args.threads}, "
+              f"{cores} cores, load {load:.2f}", flush=True)
+        head = "| calls | hf tok/s | generate tok/s | hf/generate |" + (" generate_batch tok/s |" if args.cb else "")
+        print(head + "\n|" + "---:|" * (head.count("|") - 1), flush=True)
+        ratios = []
+        try:
+            for c in calls:
+                msgs = prompts(c)
+                ids = [backend.prompt_ids(_req(policy, m)) for m in msgs]
+                n_hf, t_hf = best(lambda m=msgs, x=ids: run_backend(backend, policy, m, x, args.tokens), args.reps)
+                n_gen, t_gen = best(lambda x=ids: run_generate(backend, policy, x, args.tokens), args.reps)
+                hf, gen = n_hf / t_hf, n_gen / t_gen
+                ratios.append((c, hf / gen))
+                line = f"| {c} | {hf:,.0f} | {gen:,.0f} | {hf / gen:.2f} |"
+                if args.cb:
+                    try:
+                        n_cb, t_cb = best(lambda x=ids: run_cb(backend, x, args.tokens), 1)
+                        line += f" {n_cb / t_cb:,.0f} |"
+                    except Exception as e:  # report what the library refused, keep the other columns
+                        line += f" n/a ({type(e).__name__}: {str(e)[:60]}) |"
+                print(line, flush=True)
+        finally:
+            backend.close()
+    c, r = ratios[-1]
+    rest = ", ".join(f"{x:.2f} at {n}" for n, x in ratios[:-1])
+    print(f"backend: hf/generate = {r:.2f} at {c} calls" + (f" ({rest})" if rest else ""))
+    return 0
+
+
+def _req(policy: str, msgs: list) -> Any:
+    from swarm.policy.base import GenerateRequest
+
+    return GenerateRequest(policy, messages=msgs)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""GPU check of the ``hf`` backend (not a test): exact logprobs in bf16, seeds across batches, speed vs ``generate``.
+
+One prepared run for a bare single-GPU machine (torch, transformers, peft preinstalled; no
+network), under 10 minutes on one H200. Before it, here (a machine with the package registries),
+fetch the wheels the project's code needs there, into an ignored folder that travels with the run::
+
+    .venv/bin/pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .cache/gpu-wheels \\
+        pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 numpy
+
+and on the device (``run`` with ``carry: [".cache/gpu-wheels"]``)::
+
+    pip install --no-index --no-deps --target /tmp/site .cache/gpu-wheels/*.whl >/dev/null; \\
+    PYTHONPATH=/tmp/site timeout 560 python benchmarks/backend_gpu_check.py
+
+Stages, on the random 153M Llama of ``benchmarks/gpu_check.py`` in bfloat16 with one LoRA r8 policy:
+
+1. ``recompute``: 64 sampled calls (mixed temperature / top-p / greedy) through the backend; each
+   reply's recorded logprobs against one forward pass over prompt + reply with the same model,
+   dtype and ``processed_logprobs``: the largest absolute error (bf16 on CUDA; the CPU tests hold
+   float32 to 1e-4).
+2. ``seeds``: 16 seeded calls alone, then the same calls inside a batch of 128 with other
+   parameters: the fraction of replies whose tokens are identical (bf16 batched matmuls may
+   round differently with the batch shape, which can flip a near-tie).
+3. ``bench``: ``benchmarks/backend_bench.py --device cuda --model random153m --calls 8,64,256
+   --tokens 64 --dtype bfloat16 --cb`` (the backend, plain eager ``generate`` with the same LoRA,
+   and transformers' ``generate_batch``), side by side.
+
+The last line is ``backend_gpu_check: recompute max err <x>, seeds <a>/<b> identical, <bench line>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import sys
+import tempfile
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import torch  # noqa: E402
+
+from swarm.policy.base import GenerateRequest, SamplingParams  # noqa: E402
+from swarm.policy.sampling import processed_logprobs  # noqa: E402
+
+MIXED = [(1.0, 1.0), (0.7, 0.9), (0.0, 1.0), (1.3, 0.8)]
+
+
+def _req(i: int, seed: int | None, temperature: float, top_p: float, tokens: int = 32) -> GenerateRequest:
+    msgs = [{"role": "user", "content": f"player {i}: who is the wolf tonight, and why?" + " really" * (i % 7)}]
+    return GenerateRequest("p", messages=msgs, sampling=SamplingParams(max_tokens=tokens, seed=seed,
+                                                                      temperature=temperature, top_p=top_p))
+
+
+async def _gather(backend: object, reqs: list[GenerateRequest]) -> list:
+    return await asyncio.gather(*(backend.generate(r) for r in reqs))  # type: ignore[attr-defined]
+
+
+def recompute_error(backend: object) -> float:
+    """Largest |recorded - recomputed| logprob over 64 mixed-parameter calls."""
+    reqs = [_req(i, i, *MIXED[i % len(MIXED)]) for i in range(64)]
+    outs = asyncio.run(_gather(backend, reqs))
+    worst = 0.0
+    model = backend.model  # type: ignore[attr-defined]
+    with torch.inference_mode(), backend._adapter_context("p"):  # type: ignore[attr-defined]
+        for r, [g] in zip(reqs, outs, strict=True):
+            ids = torch.tensor([g.prompt_ids + g.response_ids], device=backend.device)  # type: ignore[attr-defined]
+            logits = model(input_ids=ids).logits[0, len(g.prompt_ids) - 1 : -1]
+            ref = processed_logprobs(logits, r.sampling.temperature, r.sampling.top_p)
+            ref = ref.gather(-1, torch.tensor(g.response_ids, device=ref.device)[:, None])[:, 0].cpu()
+            worst = max(worst, (torch.tensor(g.logprobs) - ref).abs().max().item())
+    return worst
+
+
+def seeds_identical(backend: object) -> tuple[int, int]:
+    """(identical, total): 16 seeded calls alone vs inside a batch of 128 with other parameters."""
+    mine = [_req(i, 1000 + i, 0.8, 0.95) for i in range(16)]
+    alone = [asyncio.run(_gather(backend, [r]))[0][0] for r in mine]
+    others = [_req(100 + i, None, *MIXED[i % len(MIXED)]) for i in range(112)]
+    outs = asyncio.run(_gather(backend, others[:56] + mine + others[56:]))[56:72]
+    same = sum(a.response_ids == b[0].response_ids for a, b in zip(alone, outs, strict=True))
+    return same, len(mine)
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: backend_gpu_check skipped")
+        return 0
+    from gpu_check import build_model_dir
+
+    from swarm.policy.hf import HFBackend
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = build_model_dir(Path(tmp), 1024, 8, 16, 4, 32000, torch.bfloat16)
+        backend = HFBackend(str(path), policies={"p": {"r": 8}}, device="cuda", dtype="bfloat16",
+                            max_batch_size=256, batch_wait_ms=50)
+        try:
+            err = recompute_error(backend)
+            print(f"recompute: max |recorded - recomputed| logprob {err:.2e} (bf16, {time.perf_counter() - t0:.0f}s)",
+                  flush=True)
+            same, total = seeds_identical(backend)
+            print(f"seeds: {same}/{total} replies identical alone and in a mixed batch of 128", flush=True)
+        finally:
+            backend.close()
+    import backend_bench
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        backend_bench.main(["--device", "cuda", "--model", "random153m", "--calls", "8,64,256", "--tokens", "64",
+                            "--dtype", "bfloat16", "--reps", "1", "--cb"])
+    print(buf.getvalue(), end="")
+    last = buf.getvalue().strip().splitlines()[-1]
+    print(f"backend_gpu_check: recompute max err {err:.2e}, seeds {same}/{total} identical, {last} "
+          f"({time.perf_counter() - t0:.0f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
