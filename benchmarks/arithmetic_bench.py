@@ -33,7 +33,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from e2e_bench import TreeMonitor, _env, _span, run_swarm  # noqa: E402
+from e2e_bench import run_swarm, run_trl_script  # noqa: E402
 
 PROMPTS, GROUP, MAX_TOKENS, RANK, ALPHA = 4, 8, 24, 16, 32
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -98,16 +97,7 @@ def run_trl(model: str, updates: int, lr: float, tmp: Path) -> dict[str, Any]:
     """TRL's GRPOTrainer on the same model, problems, reward and recipe; its rewards, timings and adapter."""
     cfg = {"model": model, "updates": updates, "prompts": PROMPTS, "group": GROUP, "max_tokens": MAX_TOKENS,
            "lr": lr, "rank": RANK, "alpha": ALPHA, "targets": TARGETS, "out": str(tmp / "trl")}
-    with open(tmp / "trl.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-c", TRL_SCRIPT, json.dumps(cfg)], cwd=tmp, env=_env(),
-                                stdout=subprocess.PIPE, stderr=log, text=True)
-        mon = TreeMonitor(proc.pid)
-        out, _ = proc.communicate()
-        mon.stop()
-    if proc.returncode != 0:
-        raise SystemExit(f"TRL failed (rc {proc.returncode}):\n" + (tmp / "trl.log").read_text()[-3000:])
-    res = json.loads(next(line for line in out.splitlines() if line.startswith("TRL_RESULT "))[11:])
-    return {"rewards": res["rewards"], "adapter": str(tmp / "trl" / "adapter"), **_span(mon, res["times"])}
+    return {**run_trl_script(TRL_SCRIPT, cfg, tmp), "adapter": str(tmp / "trl" / "adapter")}
 
 
 def evaluate(model_dir: str, adapter: str | None, samples: int, batch: int = 16) -> dict[str, Any]:

@@ -158,11 +158,10 @@ print("TRL_RESULT " + json.dumps({"rewards": rewards, "times": times.times}), fl
 '''
 
 
-def run_trl(updates: int, tmp: Path) -> dict[str, Any]:
-    cfg = {"updates": updates, "prompts": PROMPTS, "group": GROUP, "max_tokens": MAX_TOKENS, "lr": LR,
-           "rank": RANK, "alpha": ALPHA, "targets": TARGETS, "out": str(tmp / "trl")}
+def run_trl_script(script: str, cfg: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    """Run a TRL script (its config as JSON in argv[1]) in a monitored subprocess; its ``TRL_RESULT`` line + timings."""
     with open(tmp / "trl.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-c", TRL_SCRIPT, json.dumps(cfg)], cwd=tmp, env=_env(),
+        proc = subprocess.Popen([sys.executable, "-c", script, json.dumps(cfg)], cwd=tmp, env=_env(),
                                 stdout=subprocess.PIPE, stderr=log, text=True)
         mon = TreeMonitor(proc.pid)
         out, _ = proc.communicate()
@@ -171,6 +170,12 @@ def run_trl(updates: int, tmp: Path) -> dict[str, Any]:
         raise SystemExit(f"TRL failed (rc {proc.returncode}):\n" + (tmp / "trl.log").read_text()[-3000:])
     res = json.loads(next(line for line in out.splitlines() if line.startswith("TRL_RESULT "))[11:])
     return {"rewards": res["rewards"], **_span(mon, res["times"])}
+
+
+def run_trl(updates: int, tmp: Path) -> dict[str, Any]:
+    cfg = {"updates": updates, "prompts": PROMPTS, "group": GROUP, "max_tokens": MAX_TOKENS, "lr": LR,
+           "rank": RANK, "alpha": ALPHA, "targets": TARGETS, "out": str(tmp / "trl")}
+    return run_trl_script(TRL_SCRIPT, cfg, tmp)
 
 
 def _mean(xs: list[float]) -> float:
