@@ -27,6 +27,7 @@ Stages, on the random 153M Llama of ``benchmarks/gpu_check.py`` in bfloat16 with
    and transformers' ``generate_batch``), side by side.
 
 The last line is ``backend_gpu_check: recompute max err <x>, seeds <a>/<b> identical, <bench line>``.
+``--cpu-smoke`` runs the same stages on the CPU with a small random model (float32) to check the script.
 """
 
 from __future__ import annotations
@@ -90,8 +91,9 @@ def seeds_identical(backend: object) -> tuple[int, int]:
     return same, len(mine)
 
 
-def main() -> int:
-    if not torch.cuda.is_available():
+def main(argv: list[str] | None = None) -> int:
+    smoke = "--cpu-smoke" in (sys.argv[1:] if argv is None else argv)
+    if not smoke and not torch.cuda.is_available():
         print("no CUDA GPU: backend_gpu_check skipped")
         return 0
     from gpu_check import build_model_dir
@@ -99,13 +101,14 @@ def main() -> int:
     from swarm.policy.hf import HFBackend
 
     t0 = time.perf_counter()
+    device, dtype = ("cpu", torch.float32) if smoke else ("cuda", torch.bfloat16)
     with tempfile.TemporaryDirectory() as tmp:
-        path = build_model_dir(Path(tmp), 1024, 8, 16, 4, 32000, torch.bfloat16)
-        backend = HFBackend(str(path), policies={"p": {"r": 8}}, device="cuda", dtype="bfloat16",
+        path = build_model_dir(Path(tmp), *((128, 2, 4, 2, 2000) if smoke else (1024, 8, 16, 4, 32000)), dtype)
+        backend = HFBackend(str(path), policies={"p": {"r": 8}}, device=device, dtype=str(dtype).split(".")[-1],
                             max_batch_size=256, batch_wait_ms=50)
         try:
             err = recompute_error(backend)
-            print(f"recompute: max |recorded - recomputed| logprob {err:.2e} (bf16, {time.perf_counter() - t0:.0f}s)",
+            print(f"recompute: max |recorded - recomputed| logprob {err:.2e} ({dtype}, {time.perf_counter() - t0:.0f}s)",
                   flush=True)
             same, total = seeds_identical(backend)
             print(f"seeds: {same}/{total} replies identical alone and in a mixed batch of 128", flush=True)
@@ -115,8 +118,11 @@ def main() -> int:
 
     buf = io.StringIO()
     with redirect_stdout(buf):
-        backend_bench.main(["--device", "cuda", "--model", "random153m", "--calls", "8,64,256", "--tokens", "64",
-                            "--dtype", "bfloat16", "--reps", "1", "--cb"])
+        if smoke:
+            backend_bench.main(["--calls", "8,16", "--tokens", "8", "--reps", "1", "--cb"])
+        else:
+            backend_bench.main(["--device", "cuda", "--model", "random153m", "--calls", "8,64,256", "--tokens", "64",
+                                "--dtype", "bfloat16", "--reps", "1", "--cb"])
     print(buf.getvalue(), end="")
     last = buf.getvalue().strip().splitlines()[-1]
     print(f"backend_gpu_check: recompute max err {err:.2e}, seeds {same}/{total} identical, {last} "
