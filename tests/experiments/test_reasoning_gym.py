@@ -52,13 +52,14 @@ def test_the_generator_scores_the_extracted_answer() -> None:
     assert gym_reward(None, entry, dataset)["reward"] == 0.0
 
 
-def test_episodes_through_the_gateway_train_and_held_out(tmp_path: Path, warm_tiny_model_path: Path) -> None:
+def test_episodes_through_the_gateway_train_and_held_out(tmp_path: Path, warm_tiny_model_path: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
     """Two groups on the tiny model: the second is an eval group, drawn from the held-out seed range."""
     assert load_task("reasoning_gym").run_multiagent is not None  # the worker hands it the episode kind
     with tiny_gateway(tmp_path, warm_tiny_model_path) as (url, pool):
         stats = run_worker(WorkerConfig(server=url, task="reasoning_gym", workers=2, group_size=2, max_groups=2,
                                         seed=11, eval_every=2, max_tokens=8, options=SPELL))
-        assert stats["episodes"] == 4 and stats["failed"] == 0
+        assert stats["episodes"] == 4 and stats["failed"] == 0, caplog.text  # the worker logs why an episode failed
         episodes = pool.query_episodes(StepFilter(task="reasoning_gym"), limit=100)
         assert len(episodes) == 4 and all(ep.status.value == "finished" for ep in episodes)
         by_split = {ep.metadata["split"]: ep for ep in episodes}

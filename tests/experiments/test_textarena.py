@@ -75,13 +75,13 @@ def test_the_heuristic_never_loses_to_random_play() -> None:
     assert min(results) >= 0 and sum(r > 0 for r in results) >= 10
 
 
-def test_games_through_the_gateway(tmp_path: Path, warm_tiny_model_path: Path) -> None:
+def test_games_through_the_gateway(tmp_path: Path, warm_tiny_model_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The tiny model plays TicTacToe: against the heuristic (a train and an eval group), then against a frozen
     policy whose seat is an eval episode (never trained); every LLM move is one legal cell."""
     with tiny_gateway(tmp_path, warm_tiny_model_path, policies=("default", "frozen")) as (url, pool):
         stats = run_worker(WorkerConfig(server=url, task="textarena", workers=2, group_size=2, max_groups=2, seed=3,
                                         eval_every=2, max_tokens=16, options={}))
-        assert stats["episodes"] == 4 and stats["failed"] == 0
+        assert stats["episodes"] == 4 and stats["failed"] == 0, caplog.text  # the worker logs why a game failed
         episodes = pool.query_episodes(StepFilter(task="textarena"), limit=100)
         assert sorted(ep.type.value for ep in episodes) == ["eval", "eval", "train", "train"]
         for ep in episodes:

@@ -1,0 +1,176 @@
+"""Benchmark (the learning check): held-out score of a reasoning-gym generator before and after GRPO.
+
+Runs the CPU default of ``python -m flows.train +task=reasoning_gym`` (composed from ``conf/``: the tiny
+model on the hf backend, LoRA GRPO, ``spell_backward`` on 3-5 letter words) with the pieces the flow
+uses (pool, backend, gateway on 127.0.0.1, client workers, Trainer), in three phases:
+
+1. eval: ``--eval-entries`` entries of the held-out split (episodes of kind ``eval``, which the task
+   draws from seeds ``[2**31, 2**32)``, never reached by training), one reply each, at version 0;
+2. train: workers play training entries while the trainer leases batches and updates, ``--updates``
+   times (``--minutes`` caps the wall time);
+3. eval again on the same held-out entries with the trained policy.
+
+Printed: the training reward per 10 updates, the eval mean score and exact rate before and after, the
+95% CI of the score gain (paired by entry; one sampled reply per entry at the task's temperature, so
+the interval includes sampling noise), and the wall minutes. Extra arguments are Hydra overrides
+(``task.options.dataset=...``). The last line is ``reasoning_gym <generator>: held-out score <A> -> <B>
+(<n> entries, 95% CI of the gain <lo>..<hi>), exact <a>% -> <b>%, <m> min``.
+
+    python benchmarks/reasoning_gym_bench.py [--updates 60] [--eval-entries 256] [overrides ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+EVAL_SEED = 900_000_000  # eval worker seeds (group ids apart from training's seed * 1_000_000 + k); kind eval: held-out entries
+
+
+def compose(overrides: list[str], out_dir: str) -> dict[str, Any]:
+    """The resolved run config of ``flows.train +task=reasoning_gym <overrides>``."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        cfg = hydra_compose("train", overrides=["+task=reasoning_gym", f"train.out_dir={out_dir}",
+                                                f"pool.url=sqlite:///{out_dir}/pool.db", *overrides])
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(resolved, dict)
+    return resolved
+
+
+def worker_cfg(url: str, task: dict[str, Any], seed: int, workers: int, **kw: Any) -> Any:
+    from swarm.client import WorkerConfig
+
+    return WorkerConfig(server=url, task="reasoning_gym", workers=workers, group_size=int(task["group_size"]),
+                        temperature=float(task["temperature"]), max_tokens=int(task["max_tokens"]),
+                        episode_timeout_s=float(task["episode_timeout_s"]), seed=seed,
+                        options=dict(task.get("options") or {}), **kw)
+
+
+def evaluate(url: str, pool: Any, task: dict[str, Any], entries: int, workers: int) -> dict[str, dict[str, float]]:
+    """One reply to each of ``entries`` held-out entries: entry seed -> {score, exact}."""
+    from swarm.client import run_worker
+    from swarm.pool import StepFilter
+    from swarm.records import EpisodeType
+
+    t0 = time.time() - 1.0
+    stats = run_worker(worker_cfg(url, {**task, "group_size": 1}, EVAL_SEED, workers, eval_every=1, max_groups=entries))
+    if stats["failed"]:
+        raise RuntimeError(f"{stats['failed']} eval episodes failed")
+    eps = pool.query_episodes(StepFilter(episode_type=EpisodeType.eval, since=t0), limit=1_000_000)
+    out = {str(ep.metadata["entry_seed"]): {"score": float(ep.reward or 0.0),
+                                           "exact": float(ep.metadata["metrics"]["exact"])} for ep in eps}
+    if len(out) != entries or any(ep.metadata["split"] != "eval" for ep in eps):
+        raise RuntimeError(f"expected {entries} held-out episodes, found {len(out)}")
+    return out
+
+
+def paired_gain_ci(before: dict[str, float], after: dict[str, float], z: float = 1.96) -> tuple[float, float, float]:
+    """(gain, lo, hi): mean per-entry difference and its normal 95% interval."""
+    diffs = [after[k] - before[k] for k in before]
+    mean = statistics.fmean(diffs)
+    half = z * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("inf")
+    return mean, mean - half, mean + half
+
+
+def run(updates: int, minutes: float | None, entries: int, workers: int, overrides: list[str],
+        log: Any = print) -> dict[str, Any]:
+    """The whole benchmark; returns every number (see the module docstring)."""
+    from flows.components import gateway_settings, make_backend, make_pool, trainer_model_path
+    from flows.config import lora_spec, make_train_config
+    from swarm import loop
+    from swarm.client import run_worker
+    from swarm.stack import start_stack
+    from swarm.train import Trainer, items_from_steps
+
+    t_start = time.time()
+    out_dir = tempfile.mkdtemp(prefix="reasoning-gym-bench-")
+    cfg = compose(overrides, out_dir)
+    task, algo = cfg["task"], cfg["algo"]
+    pool = make_pool(cfg["pool"])
+    policy = cfg["policies"][0]
+    backend = make_backend(cfg["model"], [policy], lora_spec(algo))
+    tc = make_train_config(algo, float(task["temperature"]), pad_id=int(backend.tokenizer.pad_token_id or 0))
+    trainer = Trainer.from_pretrained(trainer_model_path(cfg["model"]), tc, policy=policy, backend=backend,
+                                      out_dir=Path(out_dir))
+    stack = start_stack(pool, backend, gateway_settings(cfg["gateway"]))
+    curve: list[float] = []
+    try:
+        before = evaluate(stack.url, pool, task, entries, workers)
+        log(f"eval before: score {statistics.fmean(v['score'] for v in before.values()):.3f} ({entries} held-out "
+            f"entries, {time.time() - t_start:.0f}s)")
+        stop = threading.Event()
+        worker = threading.Thread(target=run_worker, daemon=True,
+                                  args=(worker_cfg(stack.url, task, int(cfg["seed"]) * 1_000_000, workers), stop))
+        t_train = time.time()
+        worker.start()
+        deadline = t_train + 60 * minutes if minutes is not None else math.inf
+        while len(curve) < updates and time.time() < deadline:
+            flt = loop.trainable_filter(policy, trainer.version, cfg["train"]["max_staleness"])
+            decision = loop.wait_for_batch(pool, flt, cfg["batching"]["strategy"],
+                                           min_episodes=int(cfg["batching"]["min_episodes"]),
+                                           min_groups=int(cfg["batching"]["min_groups"]),
+                                           group_size=int(task["group_size"]), timeout_s=600)
+            lease = loop.lease_batch(pool, flt, decision, float(cfg["train"]["lease_ttl_s"]))
+            if not lease.steps:
+                continue
+            curve.append(statistics.fmean(float(s.reward or 0.0) for s in lease.steps))
+            trainer.update(items_from_steps(lease.steps, group_by=algo.get("group_by", "group"),
+                                            scale_std=bool(algo.get("scale_std", True))))
+            record, _ = trainer.publish()
+            pool.add_policy_version(record)
+            pool.ack(lease.lease_id, trainer.version)
+            if trainer.version % 10 == 0:
+                log(f"update {trainer.version}: {(time.time() - t_train) / 60:.1f} min, training reward (last 10) "
+                    f"{statistics.fmean(curve[-10:]):.3f}")
+        stop.set()
+        worker.join(120)
+        after = evaluate(stack.url, pool, task, entries, workers)
+    finally:
+        stack.stop()
+        pool.close()
+    score = {k: v["score"] for k, v in before.items()}, {k: after[k]["score"] for k in before}
+    gain, lo, hi = paired_gain_ci(*score)
+    return {"dataset": task["options"]["dataset"], "entries": entries, "updates": trainer.version,
+            "before": statistics.fmean(score[0].values()), "after": statistics.fmean(score[1].values()),
+            "gain": gain, "ci": [lo, hi],
+            "exact": [statistics.fmean(v["exact"] for v in before.values()),
+                      statistics.fmean(after[k]["exact"] for k in before)],
+            "train_first10": statistics.fmean(curve[:10]) if curve else 0.0,
+            "train_last10": statistics.fmean(curve[-10:]) if curve else 0.0,
+            "minutes": (time.time() - t_start) / 60}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--updates", type=int, default=60)
+    ap.add_argument("--minutes", type=float, default=None, help="cap on the training wall time (default: none)")
+    ap.add_argument("--eval-entries", type=int, default=256)
+    ap.add_argument("--workers", type=int, default=8, help="concurrent episodes")
+    args, overrides = ap.parse_known_args()
+    r = run(args.updates, args.minutes, args.eval_entries, args.workers, overrides)
+    print(f"training reward: first 10 updates {r['train_first10']:.3f}, last 10 {r['train_last10']:.3f} "
+          f"({r['updates']} updates)")
+    print(f"reasoning_gym {r['dataset']}: held-out score {r['before']:.3f} -> {r['after']:.3f} ({r['entries']} entries, "
+          f"95% CI of the gain {r['ci'][0]:+.3f}..{r['ci'][1]:+.3f}), exact {100 * r['exact'][0]:.1f}% -> "
+          f"{100 * r['exact'][1]:.1f}%, {r['minutes']:.1f} min")
+
+
+if __name__ == "__main__":
+    main()
