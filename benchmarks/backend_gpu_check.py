@@ -6,7 +6,7 @@ fetch the wheels the project's code needs there, into an ignored folder that tra
 
     .venv/bin/pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
         --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .cache/gpu-wheels \\
-        pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 numpy
+        pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
 
 and on the device (``run`` with ``carry: [".cache/gpu-wheels"]``)::
 

@@ -28,6 +28,26 @@ def test_batch_rows_equal_each_row_alone_and_truncation_is_exact() -> None:
             assert kept.sum() <= k and set(alone.topk(int(kept.sum())).indices.tolist()) <= set(logits[b].topk(k).indices.tolist())
 
 
+def _full_sort_reference(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """The nucleus as the per-row loop computed it before: a full sort of the vocabulary."""
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    sorted_logp, order = logp.sort(dim=-1, descending=True)
+    probs = sorted_logp.exp()
+    drop = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, (probs.cumsum(-1) - probs) >= top_p)
+    return torch.log_softmax(logp.masked_fill(drop, float("-inf")), dim=-1)
+
+
+def test_the_candidate_head_equals_a_full_sort_and_falls_back_when_too_flat() -> None:
+    torch.manual_seed(1)
+    peaked, flat = torch.randn(3, 5000) * 6, torch.randn(3, 5000) * 0.1  # nucleus inside / far beyond 512 tokens
+    for logits in (peaked, flat):
+        for t, p in ((1.0, 0.9), (0.7, 0.5), (1.2, 0.99)):
+            ref, got = _full_sort_reference(logits, t, p), processed_logprobs(logits, t, p)
+            kept = ref > float("-inf")
+            assert torch.equal(kept, got > float("-inf")) and (ref[kept] - got[kept]).abs().max() < 1e-5
+    assert (processed_logprobs(flat, 1.0, 0.9) > float("-inf")).sum(-1).min() > 512  # the fallback ran
+
+
 def test_uniforms_depend_only_on_seed_index_and_step() -> None:
     a = uniforms([7, 11, 7], [0, 0, 1], 6)
     b = uniforms([3, 7], [2, 0], 9)
