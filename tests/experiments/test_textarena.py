@@ -89,7 +89,7 @@ def test_games_through_the_gateway(tmp_path: Path, warm_tiny_model_path: Path, c
             assert ep.status.value == "finished" and metrics["win"] + metrics["draw"] + metrics["loss"] == 1.0
             assert metrics["unreadable"] == 0.0 and metrics["invalid_move"] == 0.0  # constrained: always legal
             steps = pool.query_steps(StepFilter(episode_id=ep.episode_id), with_tokens=True, order="episode")
-            assert len(steps) == metrics["calls"] >= 3 and all(s.response_ids for s in steps)
+            assert len(steps) == metrics["calls"] >= 2 and all(s.response_ids for s in steps)  # a game lasts >= 5 moves
             assert "Available Moves" in steps[0].prompt_messages[-1]["content"]
 
         stats = run_worker(WorkerConfig(server=url, task="textarena", workers=1, group_size=1, max_groups=1, seed=8,
