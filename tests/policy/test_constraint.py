@@ -175,3 +175,40 @@ def test_replay_refuses_a_token_outside_the_grammar(hf_backend):
     c = request_constraint(RF)
     with pytest.raises(ValidationError, match="not allowed"):
         hf_backend.grammars().masks(c, hf_backend.encode("default", "hello"))
+
+
+def test_a_constrained_call_joining_a_running_batch_still_masks(hf_backend):
+    """Continuous batching: the grammar rows that join mid-batch get their bitmask rows and exact masked logprobs."""
+    b = hf_backend
+    req = GenerateRequest("default", messages=MSGS, constraint=request_constraint(RF),
+                          sampling=SamplingParams(max_tokens=64, n=2, seed=4))
+
+    async def scenario():
+        started, order = asyncio.Event(), []
+
+        async def long_call():
+            n = 0
+            async for item in b.stream(GenerateRequest("default", messages=MSGS,
+                                                       sampling=SamplingParams(max_tokens=200, seed=2))):
+                n += isinstance(item, TokenDelta)
+                if n == 5:
+                    started.set()
+            started.set()  # a reply shorter than 5 tokens must not leave the votes waiting
+            order.append("long")
+
+        async def vote():
+            await started.wait()
+            gens = await b.generate(req)
+            order.append("vote")
+            return gens
+
+        return order, (await asyncio.gather(long_call(), vote()))[1]
+
+    # seed 2 makes a 198-token reply here, far past the votes (the tiny model's bytes differ across machines,
+    # so a shorter one elsewhere ends first and the votes get a batch of their own: still masked)
+    order, joined = run(scenario())
+    assert b.stats["batches"] == (1 if order == ["vote", "long"] else 2)
+    for g in joined:
+        assert g.finish_reason == "stop", g.text
+        jsonschema.validate(json.loads(g.text), VOTE)
+        assert torch.allclose(torch.tensor(g.logprobs), masked_rescore(b, g, 1.0), atol=1e-5)
