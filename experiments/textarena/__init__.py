@@ -30,7 +30,7 @@ def check_options(options: dict[str, Any]) -> None:
         library()
     except ImportError as exc:
         raise ValueError(str(exc)) from None
-    check_env(opts.env_id)
+    check_env(opts.env_id, opts.opponent)
 
 
 def make_instance(seed: int) -> dict[str, Any]:

@@ -67,18 +67,25 @@ class ArenaOptions:
         return int(seed) % 2 if self.trainable_player == "alternate" else int(self.trainable_player)
 
 
-def check_env(env_id: str) -> None:
-    """Raise ValueError unless TextArena registers ``env_id`` as a two-player game we can make."""
+def check_env(env_id: str, opponent: str = "heuristic") -> None:
+    """Raise ValueError unless TextArena registers ``env_id`` as a two-player game that loads here (and, for
+    the random opponent, lists its legal moves)."""
     ta = library()
     registry = importlib.import_module("textarena.envs.registration").ENV_REGISTRY
     if env_id not in registry:
         close = sorted(k for k in registry if k.split("-")[0].lower() == env_id.split("-")[0].lower())
         raise ValueError(f"textarena: no environment {env_id!r}" + (f"; did you mean one of {close}?" if close else ""))
-    env = ta.make(env_id=env_id)
+    try:  # textarena 0.7.4's Chess, Checkers and ReverseTicTacToe use Python 3.12 f-strings: SyntaxError on 3.11
+        env = ta.make(env_id=env_id)
+    except Exception as exc:  # noqa: BLE001 - whatever importing the game's module raised, said in one line
+        raise ValueError(f"textarena: {env_id} does not load here: {type(exc).__name__}: {exc}") from None
     try:
         env.reset(num_players=2, seed=0)
     except Exception as exc:  # noqa: BLE001 - a game for another number of players refuses 2 in its own way
         raise ValueError(f"textarena: {env_id} cannot be played by two players: {exc}") from None
+    if opponent == "random" and not legal_moves(env.get_observation()[1]):
+        raise ValueError(f"textarena: {env_id} does not list its legal moves, so opponent=random cannot play it; "
+                         "use opponent=policy:<name>")
 
 
 def legal_moves(observation: str) -> list[str]:

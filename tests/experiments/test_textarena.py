@@ -35,6 +35,10 @@ def test_bad_options_are_refused_with_the_fix() -> None:
         check_options({"opponent": "wolfbot"})
     with pytest.raises(ValueError, match="unknown option"):
         check_options({"env": "TicTacToe-v0"})
+    with pytest.raises(ValueError, match="does not list its legal moves"):
+        check_options({"env_id": "ConnectFour-v0-train", "opponent": "random"})
+    with pytest.raises(ValueError, match="Chess-v0 does not load here: SyntaxError"):  # needs Python 3.12
+        check_options({"env_id": "Chess-v0", "opponent": "policy:frozen"})
 
 
 def test_legal_moves_schema_and_action() -> None:
@@ -73,6 +77,15 @@ def test_the_heuristic_never_loses_to_random_play() -> None:
         assert rewards is not None and 5 <= turns <= 9
         results.append(rewards[1])
     assert min(results) >= 0 and sum(r > 0 for r in results) >= 10
+
+
+@pytest.mark.parametrize("env_id", ["Othello-v0-train", "KuhnPoker-v0-train"])
+def test_random_play_finishes_other_games_that_list_their_moves(env_id: str) -> None:
+    import textarena
+
+    check_options({"env_id": env_id, "opponent": "random"})
+    rewards, info, turns = play(textarena.make(env_id=env_id), {0: RandomPlayer(1), 1: RandomPlayer(2)}, 1, 400)
+    assert rewards is not None and turns > 2 and not any(i.get("invalid_move") for i in info.values())
 
 
 def test_games_through_the_gateway(tmp_path: Path, warm_tiny_model_path: Path, caplog: pytest.LogCaptureFixture) -> None:
