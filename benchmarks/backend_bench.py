@@ -5,7 +5,9 @@ the ``hf`` backend at once (one batch, ``asyncio.gather``), then the same ``c`` 
 ``model.generate`` as one left-padded batch of the very same peft model object. Both sample
 (temperature 1, no top-p / top-k) exactly ``--tokens`` new tokens per call: the end-of-turn
 token is disabled on both sides (the backend's ``eos_ids`` emptied, ``min_new_tokens`` for
-``generate``), so both do the same work. The backend also computes the exact logprob of every
+``generate``), so both do the same work. ``--mixed``: call *i* asks ``(1 + i % 4) / 4`` of
+``--tokens``; ``generate`` runs its batch to the longest ask and only the asked tokens count, while
+the backend's rows leave the batch as they finish (continuous batching). The backend also computes the exact logprob of every
 sampled token; plain ``generate`` returns none. ``--cb`` adds transformers' continuous batching
 (``generate_batch``, its defaults, ``return_logprobs``) on the base model. Each cell is the best
 of ``--reps`` timed runs after one warm-up.
@@ -80,12 +82,17 @@ def best(fn: Any, reps: int) -> tuple[int, float]:
     return min(runs, key=lambda r: r[1] / max(r[0], 1))
 
 
-def run_backend(backend: Any, policy: str, msgs: list, ids: list[list[int]], tokens: int) -> int:
+def lengths(calls: int, tokens: int, mixed: bool) -> list[int]:
+    """Tokens asked per call: all ``tokens``, or (``--mixed``) a quarter, half, three quarters or all of it."""
+    return [max(1, tokens * (1 + i % 4) // 4) if mixed else tokens for i in range(calls)]
+
+
+def run_backend(backend: Any, policy: str, msgs: list, ids: list[list[int]], asked: list[int]) -> int:
     from swarm.policy.base import GenerateRequest, SamplingParams
 
     # the gateway hands over the rendered prompt ids with the messages, so the backend does not render them again
-    reqs = [GenerateRequest(policy, messages=m, prompt_ids=x, sampling=SamplingParams(max_tokens=tokens, seed=i))
-            for i, (m, x) in enumerate(zip(msgs, ids, strict=True))]
+    reqs = [GenerateRequest(policy, messages=m, prompt_ids=x, sampling=SamplingParams(max_tokens=n, seed=i))
+            for i, (m, x, n) in enumerate(zip(msgs, ids, asked, strict=True))]
 
     async def go() -> list:
         return await asyncio.gather(*(backend.generate(r) for r in reqs))
@@ -93,7 +100,9 @@ def run_backend(backend: Any, policy: str, msgs: list, ids: list[list[int]], tok
     return sum(len(g.response_ids) for gens in asyncio.run(go()) for g in gens)
 
 
-def run_generate(backend: Any, policy: str, ids: list[list[int]], tokens: int) -> int:
+def run_generate(backend: Any, policy: str, ids: list[list[int]], asked: list[int]) -> int:
+    """One padded batch to the longest ask; a call's tokens past its own ask are wasted (not counted)."""
+    tokens = max(asked)
     width = max(len(x) for x in ids)
     inp = torch.full((len(ids), width), backend.pad_id, dtype=torch.long)
     mask = torch.zeros_like(inp)
@@ -104,16 +113,18 @@ def run_generate(backend: Any, policy: str, ids: list[list[int]], tokens: int) -
         out = backend.model.generate(input_ids=inp.to(backend.device), attention_mask=mask.to(backend.device),
                                      do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=tokens,
                                      min_new_tokens=tokens, pad_token_id=backend.pad_id)
-    return int(out.shape[0] * (out.shape[1] - width))
+    assert out.shape[1] - width == tokens
+    return sum(asked)
 
 
-def run_cb(backend: Any, ids: list[list[int]], tokens: int) -> int:
+def run_cb(backend: Any, ids: list[list[int]], asked: list[int]) -> int:
+    """transformers' ``generate_batch`` (continuous batching, paged cache), asked tokens counted as for ``generate``."""
     from transformers import GenerationConfig
 
-    cfg = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=tokens,
-                           min_new_tokens=tokens, eos_token_id=None, pad_token_id=backend.pad_id)
+    cfg = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max(asked),
+                           min_new_tokens=max(asked), eos_token_id=None, pad_token_id=backend.pad_id)
     out = backend.base_model.generate_batch(inputs=ids, generation_config=cfg, progress_bar=False)
-    return sum(len(o.generated_tokens) for o in out.values())
+    return sum(min(len(o.generated_tokens), a) for o, a in zip(out.values(), asked, strict=True))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--wait-ms", type=float, default=5, help="the backend's batch_wait_ms (its default: 5)")
+    ap.add_argument("--mixed", action="store_true", help="calls ask 1/4, 2/4, 3/4 or all of --tokens")
     ap.add_argument("--cb", action="store_true", help="also time transformers' generate_batch (continuous batching)")
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -147,23 +159,23 @@ def main(argv: list[str] | None = None) -> int:
         cores = os.cpu_count()
         load = os.getloadavg()[0]
         print(f"model {args.model} ({params / 1e6:.1f} M params, vocab {backend.vocab_size(policy)}), {args.device} "
-              f"{args.dtype}, LoRA r{args.lora_r}, {args.tokens} tokens/call, torch threads {args.threads}, "
+              f"{args.dtype}, LoRA r{args.lora_r}, {'mixed 1/4..all of ' if args.mixed else ''}{args.tokens} tokens/call, torch threads {args.threads}, "
               f"{cores} cores, load {load:.2f}", flush=True)
         head = "| calls | hf tok/s | generate tok/s | hf/generate |" + (" generate_batch tok/s |" if args.cb else "")
         print(head + "\n|" + "---:|" * (head.count("|") - 1), flush=True)
         ratios = []
         try:
             for c in calls:
-                msgs = prompts(c)
+                msgs, asked = prompts(c), lengths(c, args.tokens, args.mixed)
                 ids = [backend.prompt_ids(_req(policy, m)) for m in msgs]
-                n_hf, t_hf = best(lambda m=msgs, x=ids: run_backend(backend, policy, m, x, args.tokens), args.reps)
-                n_gen, t_gen = best(lambda x=ids: run_generate(backend, policy, x, args.tokens), args.reps)
+                n_hf, t_hf = best(lambda m=msgs, x=ids, a=asked: run_backend(backend, policy, m, x, a), args.reps)
+                n_gen, t_gen = best(lambda x=ids, a=asked: run_generate(backend, policy, x, a), args.reps)
                 hf, gen = n_hf / t_hf, n_gen / t_gen
                 ratios.append((c, hf / gen))
                 line = f"| {c} | {hf:,.0f} | {gen:,.0f} | {hf / gen:.2f} |"
                 if args.cb:
                     try:
-                        n_cb, t_cb = best(lambda x=ids: run_cb(backend, x, args.tokens), 1)
+                        n_cb, t_cb = best(lambda x=ids, a=asked: run_cb(backend, x, a), 1)
                         line += f" {n_cb / t_cb:,.0f} |"
                     except Exception as e:  # report what the library refused, keep the other columns
                         line += f" n/a ({type(e).__name__}: {str(e)[:60]}) |"
