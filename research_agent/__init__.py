@@ -5,8 +5,8 @@ folder): :mod:`~research_agent.spec` (a structured, editable task spec) ->
 :mod:`~research_agent.generate` (the package and ``conf/task/<name>.yaml``) ->
 :mod:`~research_agent.validate` (run it: sandboxed checks, a dry run through a real gateway) ->
 :mod:`~research_agent.repair` (failures back to the LLM, up to N attempts) -> hand over.
-A request that a reasoning-gym generator already fits skips generation: :mod:`~research_agent.catalog`
-picks it and configures the ``reasoning_gym`` task (no LLM, no code).
+A request that a reasoning-gym generator or a TextArena game already fits skips generation:
+:mod:`~research_agent.catalog` picks it and configures the ``reasoning_gym`` or ``textarena`` task.
 Campaign side: :mod:`~research_agent.sweep` (members of a sweep), :mod:`~research_agent.analysis`
 (ranking, plots and a report, no LLM) and :mod:`~research_agent.campaign` (the LLM planner).
 

@@ -1,9 +1,9 @@
 """``python -m research_agent "<plain-English task>"``: spec -> generate -> validate -> repair -> hand over.
 
-A request that a library generator already fits ("train it on basic arithmetic") skips all of that:
-:mod:`research_agent.catalog` picks the generator, writes ``conf/task/<name>.yaml`` for the
-``reasoning_gym`` task and checks it, with no LLM and no generated code (``--generate`` writes a new
-task anyway).
+A request that a library generator or game already fits ("train it on basic arithmetic", "teach it
+tic tac toe") skips all of that: :mod:`research_agent.catalog` picks it, writes ``conf/task/<name>.yaml``
+for the ``reasoning_gym`` or ``textarena`` task and checks it, with no LLM and no generated code
+(``--generate`` writes a new task anyway).
 
 Options: ``--name`` (a built-in task name is refused unless ``--force``), ``--out`` (default
 experiments/), ``--conf-dir`` (default conf/; searched before the repository's), ``--max-attempts``,
@@ -26,7 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from research_agent.catalog import CatalogMatch, match_generator, write_catalog_config
+from research_agent.catalog import CatalogMatch, match_request, write_catalog_config
 from research_agent.errors import ResearchAgentError, TargetError
 from research_agent.generate import EXPERIMENTS, REPO, Target, target_for
 from research_agent.llm import CONF_DIR, ChatLLM, load_agent_config, load_settings
@@ -84,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model name (default $RESEARCH_AGENT_MODEL)")
     p.add_argument("--policy", choices=["tiny", "echo"], help="dry-run policy (default: the config's)")
     p.add_argument("--generate", action="store_true",
-                   help="write a new task even when a library generator fits the description")
+                   help="write a new task even when a library generator or game fits the description")
     return p
 
 
@@ -93,7 +93,7 @@ def _from_catalog(args: argparse.Namespace, match: CatalogMatch, conf_dir: Path,
     from swarm.client.task import check_options, load_task
 
     name = args.name or match.generator
-    console.rule("catalog: a library generator fits")
+    console.rule("catalog: a library generator or game fits")
     say(f"{match.generator} ({match.why}): the {match.task} task runs it; no code is generated "
         "(--generate writes a new task instead)")
     try:
@@ -102,7 +102,7 @@ def _from_catalog(args: argparse.Namespace, match: CatalogMatch, conf_dir: Path,
         say(str(exc), "red")
         return 2
     try:
-        check_options(load_task(match.task), {"dataset": match.generator})
+        check_options(load_task(match.task), match.task_options())
     except ValueError as exc:
         path.unlink()
         say(f"{match.generator} does not load: {exc}", "red")
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.description and not args.spec:
         _parser().error("give a task description, or --spec path/to/spec.yaml")
     conf_dir = Path(args.conf_dir)
-    match = None if args.spec or args.generate else match_generator(args.description)
+    match = None if args.spec or args.generate else match_request(args.description)
     if match is not None:
         try:
             return _from_catalog(args, match, conf_dir, _overrides(args.train))

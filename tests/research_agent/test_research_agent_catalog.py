@@ -1,4 +1,5 @@
-"""The research agent's catalog: a request a reasoning-gym generator fits is configured, not generated (no LLM)."""
+"""The research agent's catalog: a request a reasoning-gym generator or TextArena game fits is configured, not
+generated (no LLM)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from research_agent.__main__ import main
-from research_agent.catalog import match_generator
+from research_agent.catalog import match_generator, match_request
 
 pytest.importorskip("reasoning_gym", reason="reasoning-gym is not installed (pip install 'swarmpool[envs]')")
 
@@ -38,6 +39,20 @@ def test_other_requests_go_to_the_llm(request_text: str) -> None:
     assert match_generator(request_text) is None
 
 
+def test_a_named_game_picks_the_textarena_task() -> None:
+    pytest.importorskip("textarena", reason="textarena is not installed (pip install 'swarmpool[envs]')")
+    match = match_request("Teach the agent to play Tic-Tac-Toe against a rule-based opponent")
+    assert match is not None and match.task == "textarena"
+    assert match.task_options() == {"env_id": "TicTacToe-v0-train", "opponent": "heuristic"}
+    assert match_request("get good at othello").task_options()["opponent"] == "random"
+    assert match_request("train it on basic arithmetic").task == "reasoning_gym"
+
+
+def _compose(conf: Path, task: str) -> dict:
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        return OmegaConf.to_container(compose(config_name="train", overrides=[f"+task={task}"]), resolve=False)
+
+
 def test_basic_arithmetic_request_configures_the_reasoning_gym_task(tmp_path: Path, monkeypatch, capsys) -> None:
     """No LLM configured, no package written: conf/task/basic_arithmetic.yaml composes to the reasoning_gym task."""
     for key in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "RESEARCH_AGENT_MODEL"):
@@ -49,9 +64,19 @@ def test_basic_arithmetic_request_configures_the_reasoning_gym_task(tmp_path: Pa
     said = capsys.readouterr().out
     assert "no code is generated" in said and "+task=basic_arithmetic" in said
     assert not out.exists()
-    with initialize_config_dir(config_dir=str(conf), version_base=None):
-        cfg = OmegaConf.to_container(compose(config_name="train", overrides=["+task=basic_arithmetic"]), resolve=False)
+    cfg = _compose(conf, "basic_arithmetic")
     assert cfg["task"]["name"] == "reasoning_gym" and cfg["task"]["options"]["dataset"] == "basic_arithmetic"
     # a second run replaces its own file; a built-in name is refused
     assert main(["train it on basic arithmetic", "--conf-dir", str(conf)]) == 0
     assert main(["train it on basic arithmetic", "--conf-dir", str(conf), "--name", "math"]) == 2
+
+
+def test_tic_tac_toe_request_configures_the_textarena_task(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("textarena", reason="textarena is not installed (pip install 'swarmpool[envs]')")
+    for key in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "RESEARCH_AGENT_MODEL"):
+        monkeypatch.delenv(key, raising=False)
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    assert main(["teach it tic tac toe", "--conf-dir", str(conf)]) == 0
+    cfg = _compose(conf, "tictactoe")
+    assert cfg["task"]["name"] == "textarena" and cfg["task"]["options"]["env_id"] == "TicTacToe-v0-train"
