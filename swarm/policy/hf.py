@@ -9,14 +9,15 @@ constraint that distribution is the grammar-masked one (``constraint.py``), and 
 through an ``asyncio.Queue`` on the caller's loop, so the event loop is never blocked.
 
 Policies share one base model. A policy with a LoRA config gets its own peft adapter (selected
-per batch with ``set_adapter``); one without uses the base weights. ``load_weights`` swaps a
+with ``set_adapter`` while a batch holds one policy, per row with peft's ``adapter_names`` while
+it mixes); one without uses the base weights. ``load_weights`` swaps a
 policy's weights under the lock a batch holds while decoding: a generation in flight finishes on
 the old weights and reports the version it started with; the next batch gets the new version.
 
-Continuous batching: a request that arrives while a batch of its policy decodes joins it at the
-next step (prefilled apart, its KV cache merged into the batch's: ``_batch_cache.py``), and a
-finished row leaves at once, so its caller gets the answer then and the batch stops computing it.
-Another policy's waiting request stops admissions, so policies alternate batch by batch.
+Continuous batching: a request that arrives while a batch decodes joins it at the next step
+(prefilled apart, its KV cache merged into the batch's: ``_batch_cache.py``), whatever its
+policy (rows of several policies run each with its own adapter: ``_mixed.py``), and a finished
+row leaves at once, so its caller gets the answer then and the batch stops computing it.
 
 Not here: prefix caching, a paged KV cache, CUDA graphs, speculative decoding, tensor
 parallelism. Use the ``vllm`` backend for throughput.
@@ -40,6 +41,7 @@ import torch
 
 from swarm.errors import BackendError, ConflictError, ContextLengthError, ValidationError
 from swarm.policy._decode import Row, decode_batch
+from swarm.policy._mixed import StepWeights
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
 from swarm.policy.chat import LocalTokenizer
 from swarm.policy.constraint import Constraint, Grammars
@@ -391,10 +393,8 @@ class HFBackend(LocalTokenizer, VersionTable):
         return contextlib.nullcontext()
 
     def _decode(self, jobs: list[_Job]) -> None:
-        policy = jobs[0].request.policy
-        version = self._versions[policy]
         for j in jobs:
-            j.version = version
+            j.version = self._versions[j.request.policy]
         rows = [r for j in jobs for r in j.rows]
         self.stats["batches"] += 1
         self.stats["rows"] += len(rows)
@@ -427,13 +427,14 @@ class HFBackend(LocalTokenizer, VersionTable):
                 self._send(job, _DONE)
 
         def admit(free: int) -> list[Row]:
-            joined = self._admit(policy, free)
+            joined = self._admit(free)
             for j in joined:
-                j.version = version
+                j.version = self._versions[j.request.policy]
             self.stats["rows"] += sum(len(j.rows) for j in joined)
             return [r for j in joined for r in j.rows]
 
-        with self._adapter_context(policy):
+        weights = StepWeights(self._adapter_context, self._adapter_name, peft=self.model is not self.base_model)
+        try:
             decode_batch(
                 self.model,
                 self.tokenizer,
@@ -445,15 +446,22 @@ class HFBackend(LocalTokenizer, VersionTable):
                 on_finish=on_finish,
                 admit=admit,
                 max_rows=self.max_batch_size,
+                weights=lambda batch: weights.kwargs([r.owner.request.policy for r in batch]),
             )
+        finally:
+            weights.close()
 
-    def _admit(self, policy: str, free: int) -> list[_Job]:
-        """Jobs of ``policy`` that arrived while its batch runs and fit in ``free`` rows (continuous batching).
+    def _adapter_name(self, policy: str) -> str | None:
+        """``policy``'s peft adapter name; None when it runs on the base weights."""
+        return self._adapter[policy] if self._lora_cfg[policy] is not None else None
 
-        None while a weight swap waits (the batch drains, the swap goes next) or while another
-        policy's job waits (policies alternate batch by batch instead of one starving the other).
+    def _admit(self, free: int) -> list[_Job]:
+        """Jobs that arrived while a batch runs and fit in ``free`` rows (continuous batching), of any policy.
+
+        Policies share the batch (``_mixed.py``: each row with its own adapter). None while a weight
+        swap waits: the batch drains, the swap goes next.
         """
-        if self._swaps_waiting or self._stopping or any(j.request.policy != policy for j in self._backlog):
+        if self._swaps_waiting or self._stopping:
             return []
         out: list[_Job] = []
         for j in list(self._backlog):  # same-policy jobs that did not fit before
@@ -472,7 +480,7 @@ class HFBackend(LocalTokenizer, VersionTable):
                 break
             if j.cancelled:
                 continue
-            if j.request.policy != policy or len(j.rows) > free:
+            if len(j.rows) > free:
                 self._backlog.append(j)
                 break
             out.append(j)

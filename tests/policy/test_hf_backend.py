@@ -252,3 +252,22 @@ def test_a_request_arriving_mid_batch_joins_it_and_finishes_first(hf_backend):
     assert order == ["short", "long"] and b.stats["batches"] == batches + 1  # joined the running batch, left first
     assert joined.response_ids == alone.response_ids and joined.text == alone.text
     assert max(abs(x - y) for x, y in zip(joined.logprobs, alone.logprobs, strict=True)) < 1e-4
+
+
+def test_policies_share_a_batch_each_with_its_own_adapter(lora_backend):
+    b = lora_backend
+    b.load_weights("a", _perturbed(b.adapter_state("a"), 1), version=1)
+    b.load_weights("b", _perturbed(b.adapter_state("b"), 2), version=1)
+    reqs = [req(p, max_tokens=10, seed=i, temperature=0.9) for i, p in enumerate(("a", "b", "base", "a"))]
+    alone = [run(b.generate(r))[0] for r in reqs]
+    assert alone[0].logprobs[:1] != pytest.approx(alone[2].logprobs[:1], abs=1e-3)  # the adapters do something
+    batches = b.stats["batches"]
+
+    async def together():
+        return await asyncio.gather(*(b.generate(r) for r in reqs))
+
+    mixed = [g[0] for g in run(together())]
+    assert b.stats["batches"] == batches + 1  # one batch: a's rows first, b's and base's joined at the next step
+    for one, m in zip(alone, mixed, strict=True):
+        assert m.response_ids == one.response_ids and m.policy_version == one.policy_version
+        assert max(abs(x - y) for x, y in zip(m.logprobs, one.logprobs, strict=True)) < 1e-4
