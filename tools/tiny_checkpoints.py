@@ -83,7 +83,9 @@ def check(warmups: list[str]) -> list[dict]:
 
 def cpu_check(warmups: list[str]) -> None:
     """``check`` in a subprocess per torch CPU kernel set this CPU can run (ATEN_CPU_CAPABILITY)."""
-    for cap in ("avx512", "avx2", "default"):
+    from swarm.policy.shipped import cpu_kernel_sets
+
+    for cap in cpu_kernel_sets():
         env = {**os.environ, "ATEN_CPU_CAPABILITY": cap}
         subprocess.run([sys.executable, __file__, "check", *warmups], env=env, check=True)
 

@@ -31,13 +31,23 @@ from typing import Any
 
 from swarm.errors import ChecksumError
 
-__all__ = ["SHIPPED_DIR", "MANIFEST", "SHIPPED_WARMUPS", "manifest", "shipped_entry", "sha256_file", "file_digests",
+__all__ = ["SHIPPED_DIR", "MANIFEST", "SHIPPED_WARMUPS", "cpu_kernel_sets", "manifest", "shipped_entry", "sha256_file", "file_digests",
            "mismatches", "install", "ship", "quality"]
 
 log = logging.getLogger(__name__)
 SHIPPED_DIR = Path(__file__).parent / "checkpoints"
 MANIFEST = SHIPPED_DIR / "manifest.json"
 SHIPPED_WARMUPS = ("word_chain", "reading")  # at seed 0 with the default TinySpec: what tests and CPU defaults load
+
+
+def cpu_kernel_sets() -> list[str]:
+    """torch's CPU kernel sets (``ATEN_CPU_CAPABILITY`` values) this CPU can run, best first: forcing
+    ``avx512`` on a CPU without AVX-512 kills the process with SIGILL."""
+    import torch
+
+    order = ["avx512", "avx2", "default"]
+    best = torch.backends.cpu.get_cpu_capability().lower()  # "avx512", "avx2" or "default" on x86_64
+    return order[order.index(best):] if best in order else ["default"]
 
 
 @lru_cache(maxsize=1)
