@@ -221,9 +221,10 @@ def test_base_policy_takes_a_plain_state_dict(lora_backend):
         b.load_weights("a", {"base_model.model.bogus.lora_A.weight": torch.zeros(1)}, version=2)
 
 
-def test_a_request_arriving_mid_batch_joins_it_and_finishes_first(hf_backend):
+def test_a_request_arriving_mid_batch_joins_it_and_finishes_first(hf_backend, monkeypatch):
     b = hf_backend
-    b.eos_ids = set()  # fixed lengths: the long reply cannot end early
+    monkeypatch.setattr(b, "eos_ids", set())  # fixed lengths: the long reply cannot end early (restored after:
+    # the backend is shared by the session, and a grammar compiled without stop tokens is refused)
     short = req(max_tokens=6, seed=2, temperature=0.9)
     [alone] = run(b.generate(short))
     batches = b.stats["batches"]
