@@ -251,7 +251,8 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
             decision = loop.wait_for_batch(pool, flt, cfg["batching"]["strategy"],
                                            min_episodes=int(cfg["batching"]["min_episodes"]),
                                            min_groups=int(cfg["batching"]["min_groups"]),
-                                           group_size=int(task["group_size"]), timeout_s=600)
+                                           group_size=int(task["group_size"]),
+                                           timeout_s=float(cfg["train"]["batch_timeout_s"]))
             lease = loop.lease_batch(pool, flt, decision, float(cfg["train"]["lease_ttl_s"]))
             if not lease.steps:
                 continue
