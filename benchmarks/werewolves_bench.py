@@ -233,13 +233,13 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
     stack = start_stack(pool, backend, gateway_settings(cfg["gateway"]))
     curve: list[dict[str, float]] = []
     evals: list[tuple[float, float]] = []
+    stop = threading.Event()
     try:
         t0 = time.time()
         before = evaluate(stack.url, pool, task, eval_games, workers)
         evals.append((0.0, before["win_rate"]))
         log(f"eval before: {100 * before['win_rate']:.1f}% ({eval_games} games, {time.time() - t0:.0f}s, "
             f"{before['calls_per_game']:.1f} calls/game, format errors {100 * before['format_error_rate']:.1f}%)")
-        stop = threading.Event()
         wcfg = worker_cfg(stack.url, task, int(cfg["seed"]) * 1_000_000, workers)
         worker = threading.Thread(target=run_worker, args=(wcfg, stop), daemon=True)
         t_train = time.time()
@@ -283,8 +283,10 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
         evals.append((train_min, after["win_rate"]))
         log(f"eval after {trainer.version} updates: {100 * after['win_rate']:.1f}% ({time.time() - t1:.0f}s, "
             f"format errors {100 * after['format_error_rate']:.1f}%)")
-    finally:
+    finally:  # on an error too: stop the workers and the backend's thread, or the process outlives the bench
+        stop.set()
         stack.stop()
+        backend.close()
         pool.close()
     gain, lo, hi = paired_gain_ci(before["wins"], after["wins"])
     vgain, vlo, vhi = paired_gain_ci(before["hits"], after["hits"])
