@@ -5,7 +5,8 @@ copying, no werewolves words) trained with vote shaping on votes that name a wol
 per update. The bench's default trains the flow's 50 updates (16.4% -> 49.2%, 95% CI of the gain
 24.1..41.5); this test trains half of them and evaluates the same 128 held-out seeds, which gave
 16.4% -> 41.4% (CI 15.5..34.5) in 6.4 min on 2 cores. The model is the same bytes on every machine
-and the held-out games replay exactly, so the eval before training is 16.4% everywhere; only
+and the held-out games replay exactly, so the eval before training is the same everywhere (19.5% with the
+current sampler: `python benchmarks/werewolves_bench.py --updates 0`); only
 training varies with thread timing. When learning breaks (no gradient, wrong advantages, a policy
 that is not updated or not served) the policy after is the policy before, the replayed games are
 the same games, and the interval of the gain is 0..0.
@@ -31,5 +32,7 @@ def test_the_village_learns_to_win(tmp_path, load_bench):
           f"(CI {vlo:.1f}..{vhi:.1f}); "
           f"votes eliminating a wolf {100 * r['vote_kill_rate'][0]:.1f}% -> {100 * r['vote_kill_rate'][1]:.1f}% "
           f"(CI {klo:.1f}..{khi:.1f})")
-    assert r["before"] == pytest.approx(0.164, abs=0.01), "the untrained model's eval games no longer replay"
+    # 19.5% since the hf backend samples on the device with counter-based per-row randomness (ed469c8): a seed
+    # draws other tokens than torch's generator did (16.4% with every earlier sampler, on AVX-512 and AVX2 machines)
+    assert r["before"] == pytest.approx(0.195, abs=0.01), "the untrained model's eval games no longer replay"
     assert lo > 0, f"win rate {r['before']:.3f} -> {r['after']:.3f}: 95% CI of the gain {lo:.1f}..{hi:.1f} points"
