@@ -187,6 +187,8 @@ def test_completions_route(hf_gateway: Any) -> None:
     text = "".join(c.choices[0].text for c in client.completions.create(
         model="default", prompt=[5, 6, 7], max_tokens=8, stream=True) if c.choices)
     steps = episode_steps(hf_gateway, ep["episode_id"])
-    assert len(steps) == 2 and steps[1].prompt_ids == [5, 6, 7] and steps[1].response_text == text
+    # the pool stores text with NUL as U+FFFD (PostgreSQL refuses NUL; the token ids keep it exactly), and the
+    # unseeded tiny model sometimes samples the byte-0 token
+    assert len(steps) == 2 and steps[1].prompt_ids == [5, 6, 7] and steps[1].response_text == text.replace("\x00", "\ufffd")
     check_logprobs(hf_gateway.backend, steps[:1])
     assert json.loads(json.dumps(r.model_extra["swarm"]))["step_id"] == steps[0].step_id
