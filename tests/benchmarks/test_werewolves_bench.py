@@ -4,7 +4,8 @@ The CPU default (README, "Learning, werewolves") is the shipped tiny reading mod
 copying, no werewolves words) trained with vote shaping on votes that name a wolf, 4 seeds x 4 games
 per update. The bench's default trains the flow's 50 updates (16.4% -> 49.2%, 95% CI of the gain
 24.1..41.5); this test trains half of them and evaluates the same 128 held-out seeds, which gave
-16.4% -> 41.4% (CI 15.5..34.5) in 6.4 min on 2 cores. The model is the same bytes on every machine
+16.4% -> 41.4% (CI 15.5..34.5) in 6.4 min on 2 cores with the earlier sampler, and 19.5% -> 34.4% (CI 4.9..24.8)
+in 7.2 min with the on-device sampler (a 2-core AVX2 machine). The model is the same bytes on every machine
 and the held-out games replay exactly, so the eval before training is the same everywhere (19.5% with the
 current sampler: `python benchmarks/werewolves_bench.py --updates 0`); only
 training varies with thread timing. When learning breaks (no gradient, wrong advantages, a policy
