@@ -36,31 +36,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
+from werewolves_bench import compose, worker_cfg  # noqa: E402  (one run-config and worker-config recipe)
+
+TASK = "reasoning_gym"
 EVAL_SEED = 900_000_000  # eval worker seeds (group ids apart from training's seed * 1_000_000 + k); kind eval: held-out entries
-
-
-def compose(overrides: list[str], out_dir: str) -> dict[str, Any]:
-    """The resolved run config of ``flows.train +task=reasoning_gym <overrides>``."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from omegaconf import OmegaConf
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        cfg = hydra_compose("train", overrides=["+task=reasoning_gym", f"train.out_dir={out_dir}",
-                                                f"pool.url=sqlite:///{out_dir}/pool.db", *overrides])
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(resolved, dict)
-    return resolved
-
-
-def worker_cfg(url: str, task: dict[str, Any], seed: int, workers: int, **kw: Any) -> Any:
-    from swarm.client import WorkerConfig
-
-    return WorkerConfig(server=url, task="reasoning_gym", workers=workers, group_size=int(task["group_size"]),
-                        temperature=float(task["temperature"]), max_tokens=int(task["max_tokens"]),
-                        episode_timeout_s=float(task["episode_timeout_s"]), seed=seed,
-                        options=dict(task.get("options") or {}), **kw)
 
 
 def evaluate(url: str, pool: Any, task: dict[str, Any], entries: int, workers: int) -> dict[str, dict[str, float]]:
@@ -70,7 +51,8 @@ def evaluate(url: str, pool: Any, task: dict[str, Any], entries: int, workers: i
     from swarm.records import EpisodeType
 
     t0 = time.time() - 1.0
-    stats = run_worker(worker_cfg(url, {**task, "group_size": 1}, EVAL_SEED, workers, eval_every=1, max_groups=entries))
+    stats = run_worker(worker_cfg(url, {**task, "group_size": 1}, EVAL_SEED, workers, TASK, eval_every=1,
+                                max_groups=entries))
     if stats["failed"]:
         raise RuntimeError(f"{stats['failed']} eval episodes failed")
     eps = pool.query_episodes(StepFilter(episode_type=EpisodeType.eval, since=t0), limit=1_000_000)
@@ -101,7 +83,7 @@ def run(updates: int, minutes: float | None, entries: int, workers: int, overrid
 
     t_start = time.time()
     out_dir = tempfile.mkdtemp(prefix="reasoning-gym-bench-")
-    cfg = compose(overrides, out_dir)
+    cfg = compose(overrides, out_dir, TASK)
     task, algo = cfg["task"], cfg["algo"]
     pool = make_pool(cfg["pool"])
     policy = cfg["policies"][0]
@@ -117,7 +99,7 @@ def run(updates: int, minutes: float | None, entries: int, workers: int, overrid
             f"entries, {time.time() - t_start:.0f}s)")
         stop = threading.Event()
         worker = threading.Thread(target=run_worker, daemon=True,
-                                  args=(worker_cfg(stack.url, task, int(cfg["seed"]) * 1_000_000, workers), stop))
+                                  args=(worker_cfg(stack.url, task, int(cfg["seed"]) * 1_000_000, workers, TASK), stop))
         t_train = time.time()
         worker.start()
         deadline = t_train + 60 * minutes if minutes is not None else math.inf

@@ -50,24 +50,26 @@ sys.path.insert(0, str(REPO))
 EVAL_SEED_BASE = 900_000_000  # training seeds are seed * 1_000_000 + k (k < 1e6): disjoint
 
 
-def compose(overrides: list[str], out_dir: str) -> dict[str, Any]:
-    """The resolved run config of ``flows.train +task=werewolves <overrides>``."""
+def compose(overrides: list[str], out_dir: str, task: str = "werewolves") -> dict[str, Any]:
+    """The resolved run config of ``flows.train +task=<task> <overrides>``, its pool and files in ``out_dir``."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        cfg = hydra_compose("train", overrides=["+task=werewolves", f"train.out_dir={out_dir}",
+        cfg = hydra_compose("train", overrides=[f"+task={task}", f"train.out_dir={out_dir}",
                                                 f"pool.url=sqlite:///{out_dir}/pool.db", *overrides])
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
     return resolved
 
 
-def worker_cfg(url: str, task: dict[str, Any], seed: int, workers: int, **kw: Any) -> Any:
+def worker_cfg(url: str, task: dict[str, Any], seed: int, workers: int, task_name: str = "werewolves",
+               **kw: Any) -> Any:
+    """The client workers' config for the run config's ``task`` section (``task_name``: the task package)."""
     from swarm.client import WorkerConfig
 
-    return WorkerConfig(server=url, task="werewolves", workers=workers, group_size=int(task["group_size"]),
+    return WorkerConfig(server=url, task=task_name, workers=workers, group_size=int(task["group_size"]),
                         temperature=float(task["temperature"]), max_tokens=int(task["max_tokens"]),
                         episode_timeout_s=float(task["episode_timeout_s"]), seed=seed,
                         options=dict(task.get("options") or {}), **kw)
