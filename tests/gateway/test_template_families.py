@@ -15,6 +15,7 @@ from typing import Any
 
 import openai
 import pytest
+from chat_checks import assert_prefix_chain, streamed_message
 
 from swarm.client.worker import WorkerConfig, run_worker
 from swarm.gateway import GatewaySettings, create_app
@@ -37,12 +38,6 @@ def family_gateway(request: pytest.FixtureRequest, make_gateway: Any) -> Any:
 
 def _steps(gw: Any, episode_id: str) -> list:
     return gw.pool.query_steps(StepFilter(episode_id=episode_id), with_tokens=True, order="episode")
-
-
-def _assert_chain(steps: list) -> None:
-    for a, b in zip(steps, steps[1:], strict=False):
-        assert b.prefix_consistent is True, b.metadata
-        assert b.prompt_ids[: len(a.prompt_ids) + len(a.response_ids)] == a.prompt_ids + a.response_ids
 
 
 def test_tool_loop_sync_and_streaming(family_gateway: Any) -> None:
@@ -77,7 +72,7 @@ def test_tool_loop_sync_and_streaming(family_gateway: Any) -> None:
     assert text.endswith("none")
     steps = _steps(gw, ep["episode_id"])
     assert len(steps) == 4
-    _assert_chain(steps)
+    assert_prefix_chain(steps)
 
 
 def test_qwen3_think_is_dropped_from_history_but_its_tokens_are_kept(make_gateway: Any) -> None:
@@ -93,7 +88,7 @@ def test_qwen3_think_is_dropped_from_history_but_its_tokens_are_kept(make_gatewa
     history = gw.backend.render_chat("default", msgs, None, True)
     assert "<think>" not in history  # the template drops reasoning from every earlier turn
     steps = _steps(gw, ep["episode_id"])
-    _assert_chain(steps)  # ... while the stored ids keep the think blocks the model produced
+    assert_prefix_chain(steps)  # ... while the stored ids keep the think blocks the model produced
     assert all(gw.backend.decode("default", s.response_ids).startswith("<think>") for s in steps)
     assert all(s.metadata.get("template_mismatch") for s in steps[1:]), [s.metadata for s in steps]
 
@@ -121,16 +116,7 @@ def test_hf_model_of_each_family_multi_turn_and_streaming(hf_family: Any) -> Non
     for k in range(3):
         kw = {"model": "default", "messages": msgs, "tools": TOOLS, "max_tokens": 12, "seed": k}
         if k == 1:
-            stream = client.chat.completions.create(**kw, stream=True)
-            content, calls = "", []
-            for chunk in stream:
-                for c in chunk.choices:
-                    content += c.delta.content or ""
-                    calls += c.delta.tool_calls or []
-            msg: dict[str, Any] = {"role": "assistant", "content": content}
-            if calls:
-                msg["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-                    "name": c.function.name, "arguments": c.function.arguments}} for c in calls]
+            msg = streamed_message(client.chat.completions.create(**kw, stream=True))
         else:
             m = client.chat.completions.create(**kw).choices[0].message
             msg = m.model_dump(exclude_none=True)
@@ -138,7 +124,7 @@ def test_hf_model_of_each_family_multi_turn_and_streaming(hf_family: Any) -> Non
                  else {"role": "user", "content": f"turn {k}"}]
     steps = pool.query_steps(StepFilter(episode_id=ep["episode_id"]), with_tokens=True, order="episode")
     assert len(steps) == 3
-    _assert_chain(steps)
+    assert_prefix_chain(steps)
     eot = backend.tokenizer.convert_tokens_to_ids(backend.tokenizer.eos_token)
     assert backend.encode("default", backend.tokenizer.eos_token) == [eot]  # the turn end is one control token
 

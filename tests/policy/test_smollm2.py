@@ -18,6 +18,7 @@ import httpx
 import openai
 import pytest
 import torch
+from chat_checks import assert_prefix_chain, streamed_message
 
 from swarm.pool import Pool, StepFilter
 
@@ -113,24 +114,14 @@ def test_recorded_logprobs_are_a_forward_pass_and_turns_with_tools_stay_prefix_c
     for k in range(3):
         kw = {"model": "default", "messages": msgs, "tools": TOOLS, "max_tokens": 24, "seed": k, "temperature": 1.0}
         if k == 1:  # streamed
-            content, calls = "", []
-            for chunk in client.chat.completions.create(**kw, stream=True):
-                for c in chunk.choices:
-                    content += c.delta.content or ""
-                    calls += c.delta.tool_calls or []
-            msg: dict[str, Any] = {"role": "assistant", "content": content}
-            if calls:
-                msg["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-                    "name": c.function.name, "arguments": c.function.arguments}} for c in calls]
+            msg = streamed_message(client.chat.completions.create(**kw, stream=True))
         else:
             msg = client.chat.completions.create(**kw).choices[0].message.model_dump(exclude_none=True)
         msgs += [msg, {"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"], "content": "84"}
                  if msg.get("tool_calls") else {"role": "user", "content": f"And {k} more?"}]
     steps = pool.query_steps(StepFilter(episode_id=episode), with_tokens=True, order="episode")
     assert len(steps) == 3
-    for a, b in zip(steps, steps[1:], strict=False):
-        assert b.prefix_consistent is True, b.metadata
-        assert b.prompt_ids[: len(a.prompt_ids) + len(a.response_ids)] == a.prompt_ids + a.response_ids
+    assert_prefix_chain(steps)
     worst = 0.0
     for s in steps:  # recompute: one float32 forward pass over prompt + reply, policy version 0
         ids = torch.tensor([s.prompt_ids + s.response_ids])
