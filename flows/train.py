@@ -113,6 +113,14 @@ def cli_config(cfg: DictConfig, overrides: list[str]) -> RunConfig:
     run = validate(resolved, overrides)
     make_train_config(run.algo, run.task.temperature, pad_id=0)  # algo's values, checked before any torch import
     check_task(run.task, run.runner)
+    if run.model.get("gguf"):  # the GGUF file (or the package that ships it) exists: a config error, not a traceback
+        from swarm.errors import ValidationError
+        from swarm.policy.gguf import resolve_gguf
+
+        try:
+            resolve_gguf(str(run.model["gguf"]))
+        except ValidationError as exc:
+            raise ConfigError(str(exc)) from None
     if not os.environ.get("SWARM_POOL_URL"):
         check_pool_url(str(run.pool.get("url", "")))
     return run

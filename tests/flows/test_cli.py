@@ -48,6 +48,7 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     (["+task=werewolves", "algo.lr=-1"], "algo.lr: must be > 0"),
     (["algo.merge=zip"], "algo.merge: must be one of"),
     (["algo.lora.rank=0"], "algo: lora.rank must be >= 1"),
+    (["model=smollm2", "model.gguf=/no/such.gguf"], "model.gguf=/no/such.gguf: no GGUF file at /no/such.gguf"),
 ])
 def test_bad_values_fail_fast_with_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
     proc = _cli(tmp_path, *args)
