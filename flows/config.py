@@ -15,15 +15,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
 
+from swarm.errors import ConfigError
 from swarm.train.config import LoraSpec, TrainConfig
 
 __all__ = ["ConfigError", "RunConfig", "RewardSection", "TaskSection", "TrainSection", "BatchingSection", "MlflowSection",
            "validate", "check_pool_url", "check_task", "unknown_key_hint", "workers_elsewhere", "lora_spec",
            "make_train_config"]
-
-
-class ConfigError(ValueError):
-    """A config key is missing or wrong; the message names the key and how to fix it."""
 
 
 class _Section(BaseModel):

@@ -10,6 +10,7 @@ responses with :attr:`SwarmError.status_code`; nothing here knows about HTTP its
     ├── ConflictError          the call contradicts stored state (ended episode, re-used id)
     │   └── LeaseError         a lease is unknown, expired or already acknowledged
     ├── AuthError              a missing, forged or foreign credential
+    ├── ConfigError            a config key is missing or wrong (names the key and the fix)
     └── BackendError           an inference backend failed or refused a request
         ├── ContextLengthError the prompt plus max_tokens exceed the model's context
         └── ChecksumError      a model file does not match the checksum recorded for it
@@ -26,6 +27,7 @@ __all__ = [
     "ConflictError",
     "LeaseError",
     "AuthError",
+    "ConfigError",
     "BackendError",
     "ContextLengthError",
     "ChecksumError",
@@ -82,6 +84,10 @@ class AuthError(SwarmError):
 
     status_code = 401
     error_type = "authentication_error"
+
+
+class ConfigError(SwarmError, ValueError):
+    """A config key is missing or wrong; the message names the key and how to fix it."""
 
 
 class BackendError(SwarmError):
