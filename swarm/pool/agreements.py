@@ -16,18 +16,16 @@ update fires (:mod:`swarm.batching` does).
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 
 from swarm.errors import ValidationError
+from swarm.pool.engine import Database
 from swarm.pool.schema import ID_LEN
 from swarm.pool.schema import agreements as A
 from swarm.pool.schema import episodes as E
 from swarm.records import now
-
-if TYPE_CHECKING:
-    from swarm.pool.store import Pool
 
 __all__ = ["AgreementsMixin", "ACTIVE_WINDOW_S"]
 
@@ -37,10 +35,10 @@ _OPEN_AGREEMENTS = sa.select(A.c.client_id).where(A.c.taken_at.is_(None)).distin
 _OPEN_OF = sa.select(A.c.agreement_id).where(A.c.taken_at.is_(None), A.c.client_id == sa.bindparam("client_id")).limit(1)
 
 
-class AgreementsMixin:
+class AgreementsMixin(Database):
     """``agree``, ``sync_clients``, ``take_agreements`` and ``agreement_log`` for :class:`swarm.pool.store.Pool`."""
 
-    def agree(self: Pool, client_id: str, at: float | None = None) -> None:
+    def agree(self, client_id: str, at: float | None = None) -> None:
         """Record that ``client_id`` asks for an update (it counts until an update takes it; asking again before
         that is the same request, so a client has at most one open agreement and the table grows per update)."""
         if not isinstance(client_id, str) or not 0 < len(client_id) <= ID_LEN:
@@ -51,7 +49,7 @@ class AgreementsMixin:
             if c.execute(_OPEN_OF, {"client_id": client_id}).first() is None:
                 c.execute(A.insert(), [row])
 
-    def sync_clients(self: Pool, active_window_s: float = ACTIVE_WINDOW_S) -> tuple[frozenset[str], frozenset[str]]:
+    def sync_clients(self, active_window_s: float = ACTIVE_WINDOW_S) -> tuple[frozenset[str], frozenset[str]]:
         """(active clients, clients with an agreement not yet taken), across every gateway of this pool."""
         cutoff = now() - active_window_s
         with self._tx() as c:
@@ -62,7 +60,7 @@ class AgreementsMixin:
             agreed = frozenset(c.execute(_OPEN_AGREEMENTS).scalars())
         return frozenset(active), agreed
 
-    def take_agreements(self: Pool, clients: frozenset[str] | set[str] | None = None) -> frozenset[str]:
+    def take_agreements(self, clients: frozenset[str] | set[str] | None = None) -> frozenset[str]:
         """Consume the open agreements (of ``clients``, or all): an update fired on them. Returns whose."""
         t = now()
         where = [A.c.taken_at.is_(None)]
@@ -73,7 +71,7 @@ class AgreementsMixin:
         with self._tx(write=True) as c:  # one UPDATE .. RETURNING: an agreement is taken exactly once
             return frozenset(c.execute(A.update().where(*where).values(taken_at=t).returning(A.c.client_id)).scalars())
 
-    def agreement_log(self: Pool, limit: int = 1000) -> list[dict[str, Any]]:
+    def agreement_log(self, limit: int = 1000) -> list[dict[str, Any]]:
         """The newest agreements, oldest first: ``client_id``, ``created_at``, ``taken_at`` (None: still open)."""
         q = sa.select(A.c.client_id, A.c.created_at, A.c.taken_at).order_by(A.c.created_at.desc()).limit(limit)
         with self._tx() as c:

@@ -7,13 +7,15 @@ NotFoundError, ConflictError).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 
 from swarm.errors import ConflictError, NotFoundError, ValidationError
 from swarm.pool.checks import check_reward, coerce
+from swarm.pool.engine import Database
 from swarm.pool.query import JOIN, REWARD, REWARD_FINAL
+from swarm.pool.rows import read_episode
 from swarm.pool.schema import blocks as B
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import events as EV
@@ -23,13 +25,10 @@ from swarm.pool.schema import policy_versions as PV
 from swarm.pool.schema import steps as S
 from swarm.records import Event, Label, PolicyVersion, RewardStatus, now
 
-if TYPE_CHECKING:
-    from swarm.pool.store import Pool
-
 __all__ = ["AnnotateMixin"]
 
 
-class AnnotateMixin:
+class AnnotateMixin(Database):
     """Rewards, events, labels, policy versions and stats for :class:`swarm.pool.store.Pool`."""
 
     def set_reward(
@@ -58,7 +57,7 @@ class AnnotateMixin:
                 raise NotFoundError(f"no such {what}", **{f"{what}_id": ident})
             return True
 
-    def add_event(self: Pool, ev: Event, apply_reward: bool = True) -> str:
+    def add_event(self, ev: Event, apply_reward: bool = True) -> str:
         """Store an event or feedback; a ``reward`` event also sets the (final) reward unless not
         ``apply_reward`` (the gateway applies it by authority: :meth:`report_reward`)."""
         ev = coerce(Event, ev, "event")
@@ -71,7 +70,7 @@ class AnnotateMixin:
                     raise ValidationError("episode_id: the step belongs to another episode", step_id=ev.step_id)
                 ev = ev.model_copy(update={"episode_id": owner})
             else:
-                self._episode(c, ev.episode_id)
+                read_episode(c, ev.episode_id)
             if c.execute(sa.select(EV.c.event_id).where(EV.c.event_id == ev.event_id)).first():
                 raise ConflictError("an event with this id already exists", event_id=ev.event_id)
             c.execute(
@@ -90,7 +89,7 @@ class AnnotateMixin:
             self.set_reward(**target, reward=ev.value, final=True, keep_final=True)
         return ev.event_id
 
-    def events(self: Pool, episode_id: str | None = None, step_id: str | None = None) -> list[Event]:
+    def events(self, episode_id: str | None = None, step_id: str | None = None) -> list[Event]:
         """Events of an episode (all of them, step events included) or of one step."""
         if episode_id is None and step_id is None:
             raise ValidationError("events needs an episode_id or a step_id")
@@ -99,7 +98,7 @@ class AnnotateMixin:
         with self._tx() as c:
             return [Event.model_validate(r) for r in c.execute(q).scalars()]
 
-    def label(self: Pool, target: str, target_id: str, label: str, exclude: bool = False, note: str = "") -> Label:
+    def label(self, target: str, target_id: str, label: str, exclude: bool = False, note: str = "") -> Label:
         """Mark a step or an episode; ``exclude=True`` drops it from filters (and training)."""
         lbl = coerce(
             Label, {"target": target, "target_id": target_id, "label": label, "exclude": exclude, "note": note}, "label"
@@ -111,13 +110,13 @@ class AnnotateMixin:
             c.execute(L.insert(), lbl.model_dump())
         return lbl
 
-    def labels(self: Pool, target_id: str) -> list[Label]:
+    def labels(self, target_id: str) -> list[Label]:
         q = sa.select(L).where(L.c.target_id == target_id).order_by(L.c.created_at, L.c.label_id)
         with self._tx() as c:
             return [Label.model_validate(dict(r)) for r in c.execute(q).mappings()]
 
     # ---------------------------------------------------------------- policy versions
-    def add_policy_version(self: Pool, pv: PolicyVersion) -> PolicyVersion:
+    def add_policy_version(self, pv: PolicyVersion) -> PolicyVersion:
         """Record a published version; re-adding the same one is a no-op, a different one a ConflictError."""
         pv = coerce(PolicyVersion, pv, "policy version")
         with self._tx(write=True) as c:
@@ -140,13 +139,13 @@ class AnnotateMixin:
             )
         return pv
 
-    def latest_version(self: Pool, policy: str) -> int:
+    def latest_version(self, policy: str) -> int:
         """The highest published version of ``policy``; 0 when none was published."""
         with self._tx() as c:
             v = c.execute(sa.select(sa.func.max(PV.c.version)).where(PV.c.policy == policy)).scalar()
         return int(v or 0)
 
-    def policy_versions(self: Pool, policy: str) -> list[PolicyVersion]:
+    def policy_versions(self, policy: str) -> list[PolicyVersion]:
         q = sa.select(PV).where(PV.c.policy == policy).order_by(PV.c.version)
         with self._tx() as c:
             return [
@@ -161,7 +160,7 @@ class AnnotateMixin:
             ]
 
     # ---------------------------------------------------------------- stats
-    def stats(self: Pool) -> dict[str, Any]:
+    def stats(self) -> dict[str, Any]:
         """Counts of steps and episodes by status, source, task and policy; token storage."""
         t = now()
 

@@ -1,4 +1,5 @@
-"""Database connections for the pool: one SQLAlchemy engine per URL, and transactions.
+"""Database connections for the pool: one SQLAlchemy engine per URL, transactions, and
+:class:`Database`, the base every part of :class:`swarm.pool.Pool` builds on (engine, dialect, ``_tx``).
 
 SQLite: WAL journal (readers never block the writer), ``busy_timeout`` so concurrent writers
 in other threads or processes wait instead of failing, ``synchronous=NORMAL`` (a committed
@@ -15,9 +16,10 @@ This module does not know the schema beyond creating it.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Self
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -25,7 +27,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from swarm.errors import ValidationError
 from swarm.pool.schema import metadata
 
-__all__ = ["make_engine", "transaction", "insert_ignore", "claim_lock"]
+__all__ = ["Database", "make_engine", "transaction", "insert_ignore", "claim_lock"]
 
 _BUSY_TIMEOUT_S = 60.0
 _CLAIM_LOCK_KEY = 0x5357_4152_4D50  # "SWARMP": one advisory lock id for lease claims
@@ -105,3 +107,51 @@ def claim_lock(conn: sa.Connection) -> None:
     """
     if conn.dialect.name == "postgresql":
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _CLAIM_LOCK_KEY})
+
+
+class Database:
+    """An open pool database: its engine and dialect, transactions, planner statistics; the Pool's base."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self.dialect = self.engine.dialect.name
+        self._stats_lock = threading.Lock()
+        self._new_since_analyze = 0
+        self._steps_at_analyze = 0
+
+    def _tx(self, write: bool = False) -> AbstractContextManager[sa.Connection]:
+        return transaction(self.engine, write=write)
+
+    def optimize(self) -> None:
+        """Refresh the query planner's statistics (PostgreSQL ANALYZE; SQLite PRAGMA optimize).
+
+        The pool also does this by itself on PostgreSQL whenever the steps it wrote grow the
+        table by a fifth (at least 1,000 steps) since the last refresh, so lease and filter
+        plans stay index-driven even where autovacuum is off or has not run yet.
+        """
+        with self.engine.connect() as c:
+            c.exec_driver_sql("ANALYZE steps, episodes, labels, leases" if self.dialect == "postgresql"
+                              else "PRAGMA optimize")
+            c.commit()
+
+    def _maybe_analyze(self, n_new: int) -> None:
+        if self.dialect != "postgresql" or n_new == 0:
+            return
+        with self._stats_lock:
+            self._new_since_analyze += n_new
+            if self._new_since_analyze < max(1000, self._steps_at_analyze // 5):
+                return
+            self._steps_at_analyze += self._new_since_analyze
+            self._new_since_analyze = 0
+        self.optimize()
+
+    def close(self) -> None:
+        """Close every connection of the engine."""
+        self.engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

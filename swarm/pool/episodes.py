@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 
 from swarm.errors import ConflictError, NotFoundError, ValidationError
 from swarm.pool.checks import check_reward, chunks, coerce, coerce_enum
-from swarm.pool.rows import to_episode
+from swarm.pool.engine import Database
+from swarm.pool.rewards import AUTHORITY, clear_lower_step_rewards, episode_authority, step_authorities
+from swarm.pool.rows import open_episode, to_episode
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import steps as S
 from swarm.records import Episode, EpisodeStatus, RewardStatus, now
-
-if TYPE_CHECKING:
-    from swarm.pool.store import Pool
 
 _clock = now  # abandon_stale's parameter is called ``now``
 
@@ -55,14 +54,14 @@ class EpisodeEnding:
     source: str | None = None
 
 
-class EpisodesMixin:
+class EpisodesMixin(Database):
     """Opening, keeping alive and ending episodes, one or many at a time, for the Pool."""
 
-    def add_episode(self: Pool, ep: Episode) -> Episode:
+    def add_episode(self, ep: Episode) -> Episode:
         """Store a new episode; ConflictError if its id is taken."""
         return self.add_episodes([coerce(Episode, ep, "episode")])[0]
 
-    def add_episodes(self: Pool, episodes: list[Episode]) -> list[Episode]:
+    def add_episodes(self, episodes: list[Episode]) -> list[Episode]:
         """Store new episodes in one transaction (all or none); ConflictError if an id is taken."""
         eps = [coerce(Episode, ep, f"episodes[{i}]") for i, ep in enumerate(episodes)]
         ids = sorted(ep.episode_id for ep in eps)
@@ -79,14 +78,14 @@ class EpisodesMixin:
             c.execute(E.insert(), [_row(ep) for ep in eps])
         return eps
 
-    def heartbeat(self: Pool, episode_id: str) -> None:
+    def heartbeat(self, episode_id: str) -> None:
         """Record activity on an open episode (keeps abandon_stale away)."""
         with self._tx(write=True) as c:
-            self._open_episode(c, episode_id)
+            open_episode(c, episode_id)
             c.execute(E.update().where(E.c.episode_id == episode_id).values(updated_at=now()))
 
     def end_episode(
-        self: Pool,
+        self,
         episode_id: str,
         status: EpisodeStatus = EpisodeStatus.finished,
         reward: float | None = None,
@@ -96,7 +95,7 @@ class EpisodesMixin:
         """End an open episode; ``reward`` / ``step_rewards`` given here are final."""
         return self.end_episodes([EpisodeEnding(episode_id, status, reward, step_rewards, metadata)])[0]
 
-    def end_episodes(self: Pool, endings: list[EpisodeEnding]) -> list[Episode]:
+    def end_episodes(self, endings: list[EpisodeEnding]) -> list[Episode]:
         """End open episodes in one transaction (all or none), in order; the ended episodes as stored.
 
         Ending one episode twice in a batch is a ConflictError, as it is one call after the other.
@@ -132,11 +131,11 @@ class EpisodesMixin:
             stored = _rows(c, _ROWS, ids)
         return [to_episode(stored[e.episode_id]) for e in endings]
 
-    def abort_episode(self: Pool, episode_id: str) -> Episode:
+    def abort_episode(self, episode_id: str) -> Episode:
         """End an open episode as failed."""
         return self.end_episode(episode_id, status=EpisodeStatus.failed)
 
-    def abandon_stale(self: Pool, now: float | None = None) -> list[str]:
+    def abandon_stale(self, now: float | None = None) -> list[str]:
         """Mark open episodes idle for longer than their ``timeout_s`` abandoned; returns their ids.
 
         Their steps stay in the pool (for analysis) but are never leased for training.
@@ -188,8 +187,6 @@ def _checked(e: EpisodeEnding) -> EpisodeEnding:
 
 def _within_authority(c: sa.Connection, e: EpisodeEnding, has_reward: bool) -> EpisodeEnding:
     """``e`` without the rewards whose target a higher authority than ``e.source`` already set."""
-    from swarm.pool.rewards import AUTHORITY, episode_authority, step_authorities
-
     mine = AUTHORITY[e.source] if e.source in AUTHORITY else 0
     reward = e.reward
     if reward is not None and episode_authority(c, e.episode_id, has_reward) > mine:
@@ -204,8 +201,6 @@ def _within_authority(c: sa.Connection, e: EpisodeEnding, has_reward: bool) -> E
 def _clear_below_enders(c: sa.Connection, endings: list[EpisodeEnding]) -> None:
     """A judge's or admin's episode reward given at the end clears the step rewards a lower authority set
     (as the same reward reported any other way does); the step rewards given with it are set afterwards."""
-    from swarm.pool.rewards import AUTHORITY, clear_lower_step_rewards
-
     for e in endings:
         a = AUTHORITY.get(e.source or "", 0)
         if e.reward is not None and a > AUTHORITY["agent"]:

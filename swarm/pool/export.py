@@ -14,15 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from swarm.pool.blocks import unpack_floats
+from swarm.pool.checks import coerce
+from swarm.pool.engine import Database
 from swarm.pool.filter import StepFilter
 from swarm.pool.query import JOIN, REWARD, REWARD_FINAL, step_conditions
+from swarm.pool.rows import load_tokens
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import steps as S
 
 if TYPE_CHECKING:
     import polars as pl
 
-    from swarm.pool.store import Pool
 
 __all__ = ["ExportMixin"]
 
@@ -64,14 +67,11 @@ def _schema(with_tokens: bool) -> dict[str, Any]:
     return schema
 
 
-class ExportMixin:
+class ExportMixin(Database):
     """to_polars / export_parquet for :class:`swarm.pool.store.Pool`."""
 
-    def to_polars(self: Pool, filter: StepFilter | None = None, with_tokens: bool = False) -> pl.DataFrame:
+    def to_polars(self, filter: StepFilter | None = None, with_tokens: bool = False) -> pl.DataFrame:
         import polars as pl
-
-        from swarm.pool.blocks import unpack_floats
-        from swarm.pool.checks import coerce
 
         f = coerce(StepFilter, filter or StepFilter(), "filter")
         schema = _schema(with_tokens)
@@ -109,7 +109,7 @@ class ExportMixin:
         while True:
             with self._tx() as c:
                 rows = list(c.execute(base.limit(_PAGE).offset(offset)).mappings())
-                tokens = self._load_tokens(c, rows) if with_tokens else {}
+                tokens = load_tokens(c, rows) if with_tokens else {}
             for r in rows:
                 body = r["body"]
                 vals = [
@@ -146,7 +146,7 @@ class ExportMixin:
             offset += _PAGE
         return pl.DataFrame(cols, schema=schema)
 
-    def export_parquet(self: Pool, filter: StepFilter | None, path: str | Path, with_tokens: bool = True) -> int:
+    def export_parquet(self, filter: StepFilter | None, path: str | Path, with_tokens: bool = True) -> int:
         """Write the matching steps (with tokens by default: a lossless dataset) to ``path``; returns rows."""
         df = self.to_polars(filter, with_tokens=with_tokens)
         Path(path).parent.mkdir(parents=True, exist_ok=True)

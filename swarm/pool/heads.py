@@ -12,18 +12,15 @@ Errors: none of its own; unknown episode ids are simply absent from the result.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from swarm.pool.checks import chunks
+from swarm.pool.engine import Database
 from swarm.pool.rows import to_episode
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import steps as S
 from swarm.records import Episode
-
-if TYPE_CHECKING:
-    from swarm.pool.store import Pool
 
 __all__ = ["EpisodeHead", "HeadsMixin"]
 
@@ -43,10 +40,10 @@ class EpisodeHead:
     last_index: int | None
 
 
-class HeadsMixin:
+class HeadsMixin(Database):
     """``episode_heads`` for :class:`swarm.pool.store.Pool`."""
 
-    def episode_heads(self: Pool, episode_ids: list[str]) -> dict[str, EpisodeHead]:
+    def episode_heads(self, episode_ids: list[str]) -> dict[str, EpisodeHead]:
         """Heads of the named episodes that exist (one read transaction)."""
         out: dict[str, EpisodeHead] = {}
         with self._tx() as c:

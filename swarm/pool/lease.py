@@ -17,23 +17,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
 
 from swarm.errors import ConflictError, LeaseError, ValidationError
 from swarm.pool.checks import chunks, coerce
-from swarm.pool.engine import claim_lock
+from swarm.pool.engine import Database, claim_lock
 from swarm.pool.filter import StepFilter
 from swarm.pool.query import JOIN, good_groups, has_group_conditions, singletons_pass, step_conditions
+from swarm.pool.rows import read_steps
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import leases as LS
 from swarm.pool.schema import steps as S
 from swarm.records import EpisodeStatus, Step, new_id, now
-
-if TYPE_CHECKING:
-    from swarm.pool.store import Pool
 
 __all__ = ["Lease", "LeaseMixin"]
 
@@ -53,11 +51,11 @@ class Lease(BaseModel):
     group_ids: list[str]
 
 
-class LeaseMixin:
+class LeaseMixin(Database):
     """Lease / ack / release for :class:`swarm.pool.store.Pool`."""
 
     def lease(
-        self: Pool,
+        self,
         filter: StepFilter,
         max_steps: int | None = None,
         max_groups: int | None = None,
@@ -80,12 +78,12 @@ class LeaseMixin:
             chosen, ids = _select(c, f, self.dialect, unclaimed, max_steps, max_groups)
             _claim(c, lease_id, ids, unclaimed, expires)
             c.execute(LS.insert(), _lease_row(lease_id, f, len(ids), t, expires))
-            steps = self._read_steps(c, [S.c.lease_id == lease_id], with_tokens=True) if ids else []
+            steps = read_steps(c, [S.c.lease_id == lease_id], with_tokens=True) if ids else []
         rank = {k: i for i, k in enumerate(chosen)}
         steps.sort(key=lambda s: (rank[s.group_id or s.step_id], s.created_at, s.step_id))
         return Lease(lease_id=lease_id, steps=steps, expires_at=expires, group_ids=chosen)
 
-    def ack(self: Pool, lease_id: str, consumed_version: int) -> int:
+    def ack(self, lease_id: str, consumed_version: int) -> int:
         """Mark a live lease's steps consumed by ``consumed_version``; returns how many."""
         if isinstance(consumed_version, bool) or not isinstance(consumed_version, int) or consumed_version < 0:
             raise ValidationError(f"consumed_version: must be an integer >= 0, got {consumed_version!r}")
@@ -104,7 +102,7 @@ class LeaseMixin:
             )
             return int(res.rowcount)
 
-    def release(self: Pool, lease_id: str) -> int:
+    def release(self, lease_id: str) -> int:
         """Hand a lease's steps back to the pool; returns how many. Releasing twice is a no-op."""
         with self._tx(write=True) as c:
             row = c.execute(sa.select(LS).where(LS.c.lease_id == lease_id)).first()

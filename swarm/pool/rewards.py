@@ -20,19 +20,17 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 
 from swarm.errors import NotFoundError, ValidationError
 from swarm.pool.checks import check_reward, chunks
+from swarm.pool.engine import Database
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import rewards as RW
 from swarm.pool.schema import steps as S
 from swarm.records import RewardStatus, now
-
-if TYPE_CHECKING:
-    from swarm.pool.store import Pool
 
 __all__ = ["RewardsMixin", "RewardOutcome", "AUTHORITY", "SOURCES", "episode_authority", "step_authorities",
            "clear_lower_step_rewards"]
@@ -65,10 +63,10 @@ def _authority(c: sa.Connection, episode_id: str, step_id: str | None, has_rewar
     return int(best) if best is not None else (AUTHORITY["agent"] if has_reward else 0)
 
 
-class RewardsMixin:
+class RewardsMixin(Database):
     """:meth:`report_reward` and :meth:`reward_history` for :class:`swarm.pool.store.Pool`."""
 
-    def report_reward(self: Pool, *, episode_id: str | None = None, step_id: str | None = None, reward: float,
+    def report_reward(self, *, episode_id: str | None = None, step_id: str | None = None, reward: float,
                       source: str, final: bool = True, min_source: str = "agent") -> RewardOutcome:
         """Record a reward from ``source`` and apply it if its authority allows (see the module docstring)."""
         if (episode_id is None) == (step_id is None):
@@ -128,7 +126,7 @@ class RewardsMixin:
                         clear_lower_step_rewards(c, episode_id, a)
         return RewardOutcome(applied, source, reason, _NAMES.get(a if applied else cur))
 
-    def record_rewards(self: Pool, episode_id: str, source: str, reward: float | None,
+    def record_rewards(self, episode_id: str, source: str, reward: float | None,
                        step_rewards: dict[str, float] | None, applied: bool, reason: str) -> None:
         """Record rewards applied (or refused) elsewhere, e.g. those given when an episode ends."""
         rows = ([(None, reward)] if reward is not None else []) + list((step_rewards or {}).items())
@@ -141,13 +139,13 @@ class RewardsMixin:
                                      "authority": AUTHORITY[source], "applied": applied, "reason": reason,
                                      "created_at": t} for sid, v in rows])
 
-    def step_reward_sources(self: Pool, episode_id: str, step_ids: list[str]) -> dict[str, str]:
+    def step_reward_sources(self, episode_id: str, step_ids: list[str]) -> dict[str, str]:
         """The source of each of ``step_ids``' own current reward where one was applied with a record
         (steps without such a record are absent: their reward, if any, counts as the agent's)."""
         with self._tx() as c:
             return {sid: _NAMES[a] for sid, a in step_authorities(c, episode_id, step_ids).items()}
 
-    def episode_reward_authority(self: Pool, episode_id: str) -> str | None:
+    def episode_reward_authority(self, episode_id: str) -> str | None:
         """The source of an episode's current reward (None: no reward yet)."""
         with self._tx() as c:
             r = c.execute(sa.select(E.c.reward).where(E.c.episode_id == episode_id)).first()
@@ -155,7 +153,7 @@ class RewardsMixin:
                 raise NotFoundError("no such episode", episode_id=episode_id)
             return _NAMES.get(_authority(c, episode_id, None, r.reward is not None))
 
-    def reward_history(self: Pool, episode_id: str) -> list[dict[str, Any]]:
+    def reward_history(self, episode_id: str) -> list[dict[str, Any]]:
         """Every reward reported for an episode and its steps, oldest first, with source and outcome."""
         q = sa.select(RW).where(RW.c.episode_id == episode_id).order_by(RW.c.created_at, RW.c.reward_id)
         with self._tx() as c:

@@ -1,7 +1,9 @@
-"""Conversions between stored rows and records (episodes, steps) and the step digest.
+"""Stored rows as records (episodes, steps, with their tokens), the reads every part of the pool
+shares, and the step digest.
 
 Rows read back are trusted (they were validated on the way in), so steps are rebuilt with
-``model_construct``: reading many long token lists does not re-run the validators.
+``model_construct``: reading many long token lists does not re-run the validators. The reads run in
+the caller's transaction (a connection); they never open one.
 """
 
 from __future__ import annotations
@@ -11,10 +13,27 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from swarm.pool.blocks import pack_floats, pack_ids, unpack_floats
-from swarm.records import Episode, RewardStatus, Source, Step
+import sqlalchemy as sa
 
-__all__ = ["digest", "to_episode", "to_step"]
+from swarm.errors import ConflictError, NotFoundError, SwarmError
+from swarm.pool.blocks import pack_floats, pack_ids, split_hashes, unpack_floats, unpack_ids
+from swarm.pool.checks import chunks
+from swarm.pool.query import JOIN
+from swarm.pool.schema import blocks as B
+from swarm.pool.schema import episodes as E
+from swarm.pool.schema import steps as S
+from swarm.records import Episode, EpisodeStatus, RewardStatus, Source, Step
+
+__all__ = ["digest", "to_episode", "to_step", "read_episode", "open_episode", "read_steps", "load_tokens", "ORDERS"]
+
+_TOKEN_COLS = ("block_keys", "tail", "logprobs")
+_EPISODE_COLS = ("episode_id", "task", "group_id", "client_id", "type", "status", "reward", "reward_status",
+                 "timeout_s", "created_at", "updated_at", "ended_at")
+ORDERS = {  # the step orders of query_steps
+    "created": (S.c.created_at, S.c.step_id),
+    "-created": (S.c.created_at.desc(), S.c.step_id.desc()),
+    "episode": (S.c.episode_id, S.c.idx, S.c.created_at),
+}
 
 
 _BULKY = {"prompt_ids", "response_ids", "response_logprobs", "reward", "reward_status"}
@@ -34,21 +53,8 @@ def digest(s: Step) -> bytes:
 
 
 def to_episode(r: Mapping[str, Any]) -> Episode:
-    return Episode(
-        episode_id=r["episode_id"],
-        task=r["task"],
-        group_id=r["group_id"],
-        client_id=r["client_id"],
-        type=r["type"],
-        status=r["status"],
-        reward=r["reward"],
-        reward_status=r["reward_status"],
-        timeout_s=r["timeout_s"],
-        created_at=r["created_at"],
-        updated_at=r["updated_at"],
-        ended_at=r["ended_at"],
-        metadata=r["meta"],
-    )
+    """A stored ``episodes`` row as an Episode."""
+    return Episode(**{k: r[k] for k in _EPISODE_COLS}, metadata=r["meta"])
 
 
 def to_step(r: Mapping[str, Any], ids: list[int] | None) -> Step:
@@ -86,3 +92,48 @@ def to_step(r: Mapping[str, Any], ids: list[int] | None) -> Step:
         timings=body.get("timings") or {},
         metadata=r["meta"],
     )
+
+
+def read_episode(c: sa.Connection, episode_id: str) -> Episode:
+    """The stored episode; NotFoundError if there is none."""
+    row = c.execute(sa.select(E).where(E.c.episode_id == episode_id)).mappings().first()
+    if row is None:
+        raise NotFoundError("no such episode", episode_id=episode_id)
+    return to_episode(row)
+
+
+def open_episode(c: sa.Connection, episode_id: str) -> Episode:
+    """The stored episode; NotFoundError if there is none, ConflictError if it has ended."""
+    ep = read_episode(c, episode_id)
+    if ep.status != EpisodeStatus.open:
+        raise ConflictError(f"episode is {ep.status.value}, not open", episode_id=episode_id)
+    return ep
+
+
+def read_steps(c: sa.Connection, where: list[sa.ColumnElement], with_tokens: bool, order: tuple = ORDERS["created"],
+               limit: int | None = None, offset: int = 0) -> list[Step]:
+    """Steps matching ``where`` (over ``steps JOIN episodes``) in ``order``, with their tokens if asked."""
+    cols = [col for col in S.c if with_tokens or col.name not in _TOKEN_COLS]
+    q = (sa.select(*cols, E.c.reward.label("ep_reward"), E.c.reward_status.label("ep_reward_status"))
+         .select_from(JOIN).where(*where).order_by(*order).offset(offset))
+    if limit is not None:
+        q = q.limit(limit)
+    rows = list(c.execute(q).mappings())
+    tokens = load_tokens(c, rows) if with_tokens else {}
+    return [to_step(r, tokens.get(r["step_id"])) for r in rows]
+
+
+def load_tokens(c: sa.Connection, rows: list[Mapping[str, Any]]) -> dict[str, list[int]]:
+    """Each row's token ids (prompt then response) by step_id, from its blocks and tail."""
+    keys = sorted({k for r in rows for k in split_hashes(r["block_keys"])})
+    found: dict[bytes, bytes] = {}
+    for chunk in chunks(keys):
+        found.update((k, v) for k, v in c.execute(sa.select(B.c.key, B.c.tokens).where(B.c.key.in_(chunk))))
+    out = {}
+    for r in rows:
+        try:
+            data = b"".join(found[k] for k in split_hashes(r["block_keys"]))
+        except KeyError as e:
+            raise SwarmError("step references a missing token block", step_id=r["step_id"]) from e
+        out[r["step_id"]] = unpack_ids(data + r["tail"])
+    return out

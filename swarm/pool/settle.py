@@ -16,26 +16,23 @@ Errors: ValidationError (bad arguments), LeaseError (unknown lease).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from swarm.errors import LeaseError, ValidationError
 from swarm.pool.checks import chunks
+from swarm.pool.engine import Database
 from swarm.pool.schema import leases as LS
 from swarm.pool.schema import steps as S
 from swarm.records import now
 
-if TYPE_CHECKING:
-    from swarm.pool.store import Pool
-
 __all__ = ["SettleMixin"]
 
 
-class SettleMixin:
+class SettleMixin(Database):
     """``renew`` / ``settle`` for :class:`swarm.pool.store.Pool` (see the module docstring)."""
 
-    def renew(self: Pool, lease_id: str, ttl_s: float) -> float:
+    def renew(self, lease_id: str, ttl_s: float) -> float:
         """Extend a lease that is still active to ``now + ttl_s``; returns the new expiry."""
         if not (isinstance(ttl_s, int | float) and math.isfinite(ttl_s) and ttl_s > 0):
             raise ValidationError(f"ttl_s: must be a positive number of seconds, got {ttl_s!r}")
@@ -51,7 +48,7 @@ class SettleMixin:
             c.execute(LS.update().where(LS.c.lease_id == lease_id).values(expires_at=expires))
             return expires
 
-    def settle(self: Pool, lease_id: str, step_ids: list[str], consumed_version: int) -> int:
+    def settle(self, lease_id: str, step_ids: list[str], consumed_version: int) -> int:
         """Mark ``step_ids`` consumed by ``consumed_version`` and close ``lease_id``; returns how many
         steps were marked now (0 when they already were)."""
         if isinstance(consumed_version, bool) or not isinstance(consumed_version, int) or consumed_version < 0:

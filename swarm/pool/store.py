@@ -20,18 +20,16 @@ It does not tokenize, compute advantages or talk HTTP.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
 
-from swarm.errors import ConflictError, NotFoundError, SwarmError, ValidationError
+from swarm.errors import ConflictError, NotFoundError, ValidationError
 from swarm.pool.agreements import AgreementsMixin
 from swarm.pool.annotate import AnnotateMixin
-from swarm.pool.blocks import cut, pack_floats, split_hashes, unpack_ids
+from swarm.pool.blocks import cut, pack_floats
 from swarm.pool.checks import check_page, chunks, coerce, scrub_nul
-from swarm.pool.engine import insert_ignore, make_engine, transaction
+from swarm.pool.engine import insert_ignore
 from swarm.pool.episodes import EpisodesMixin
 from swarm.pool.export import ExportMixin
 from swarm.pool.filter import StepFilter
@@ -39,7 +37,7 @@ from swarm.pool.heads import HeadsMixin
 from swarm.pool.lease import LeaseMixin
 from swarm.pool.query import JOIN, episode_conditions, step_conditions
 from swarm.pool.rewards import RewardsMixin
-from swarm.pool.rows import digest, to_episode, to_step
+from swarm.pool.rows import ORDERS, digest, read_episode, read_steps, to_episode
 from swarm.pool.schema import blocks as B
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import steps as S
@@ -48,7 +46,6 @@ from swarm.records import Episode, EpisodeStatus, Step, now
 
 __all__ = ["Pool"]
 
-_TOKEN_COLS = ("block_keys", "tail", "logprobs")
 # the statements of every step write, built once (SQLAlchemy then reuses their compiled form;
 # building them per call cost more CPU than running them)
 _IDS = sa.bindparam("ids", expanding=True)
@@ -57,11 +54,6 @@ _EPISODES = sa.select(E.c.episode_id, E.c.status, E.c.task, E.c.group_id).where(
 _EPISODES_LOCKED = _EPISODES.with_for_update()
 _TOPS = sa.select(S.c.episode_id, sa.func.max(S.c.idx)).where(S.c.episode_id.in_(_IDS)).group_by(S.c.episode_id)
 _TOUCH = E.update().where(E.c.episode_id.in_(_IDS)).values(updated_at=sa.bindparam("t"))
-_ORDERS = {
-    "created": (S.c.created_at, S.c.step_id),
-    "-created": (S.c.created_at.desc(), S.c.step_id.desc()),
-    "episode": (S.c.episode_id, S.c.idx, S.c.created_at),
-}
 
 
 class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, HeadsMixin, AgreementsMixin,
@@ -75,83 +67,27 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
     def __init__(self, url: str = "sqlite:///swarm_pool.db", block_size: int = 64) -> None:
         if block_size < 1:
             raise ValidationError("block_size must be >= 1", block_size=block_size)
-        self.url = url
+        super().__init__(url)
         self.block_size = block_size
-        self.engine = make_engine(url)
-        self.dialect = self.engine.dialect.name
-        self._stats_lock = threading.Lock()
-        self._new_since_analyze = 0
-        self._steps_at_analyze = 0
-
-    def optimize(self) -> None:
-        """Refresh the query planner's statistics (PostgreSQL ANALYZE; SQLite PRAGMA optimize).
-
-        The pool also does this by itself on PostgreSQL whenever the steps it wrote grow the
-        table by a fifth (at least 1,000 steps) since the last refresh, so lease and filter
-        plans stay index-driven even where autovacuum is off or has not run yet.
-        """
-        with self.engine.connect() as c:
-            if self.dialect == "postgresql":
-                c.exec_driver_sql("ANALYZE steps, episodes, labels, leases")
-            else:
-                c.exec_driver_sql("PRAGMA optimize")
-            c.commit()
-
-    def _maybe_analyze(self, n_new: int) -> None:
-        if self.dialect != "postgresql" or n_new == 0:
-            return
-        with self._stats_lock:
-            self._new_since_analyze += n_new
-            if self._new_since_analyze < max(1000, self._steps_at_analyze // 5):
-                return
-            self._steps_at_analyze += self._new_since_analyze
-            self._new_since_analyze = 0
-        self.optimize()
-
-    def close(self) -> None:
-        self.engine.dispose()
-
-    def __enter__(self) -> Pool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _tx(self, write: bool = False):
-        return transaction(self.engine, write=write)
 
     # ---------------------------------------------------------------- episodes
     def get_episode(self, episode_id: str) -> Episode:
+        """The stored episode; NotFoundError if there is none."""
         with self._tx() as c:
-            return self._episode(c, episode_id)
-
-    def _episode(self, c: sa.Connection, episode_id: str) -> Episode:
-        row = c.execute(sa.select(E).where(E.c.episode_id == episode_id)).mappings().first()
-        if row is None:
-            raise NotFoundError("no such episode", episode_id=episode_id)
-        return to_episode(row)
-
-    def _open_episode(self, c: sa.Connection, episode_id: str) -> Episode:
-        ep = self._episode(c, episode_id)
-        if ep.status != EpisodeStatus.open:
-            raise ConflictError(f"episode is {ep.status.value}, not open", episode_id=episode_id)
-        return ep
+            return read_episode(c, episode_id)
 
     def query_episodes(self, filter: StepFilter | None = None, limit: int = 100, offset: int = 0) -> list[Episode]:
+        """Episodes matching ``filter`` (its episode conditions), oldest first."""
         f = coerce(StepFilter, filter or StepFilter(), "filter")
         check_page(limit, offset)
-        q = (
-            sa.select(E)
-            .where(*episode_conditions(f, self.dialect))
-            .order_by(E.c.created_at, E.c.episode_id)
-            .limit(limit)
-            .offset(offset)
-        )
+        q = (sa.select(E).where(*episode_conditions(f, self.dialect)).order_by(E.c.created_at, E.c.episode_id)
+             .limit(limit).offset(offset))
         with self._tx() as c:
             return [to_episode(r) for r in c.execute(q).mappings()]
 
     # ---------------------------------------------------------------- steps
     def add_step(self, step: Step) -> str:
+        """Store one step (see :meth:`add_steps`); returns its id."""
         return self.add_steps([step])[0]
 
     def add_steps(self, steps: list[Step], append: bool = False) -> list[str]:
@@ -268,17 +204,17 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         return len(rows)
 
     def get_step(self, step_id: str, with_tokens: bool = True) -> Step:
+        """The stored step; NotFoundError if there is none."""
         with self._tx() as c:
-            got = self._read_steps(c, [S.c.step_id == step_id], with_tokens=with_tokens)
+            got = read_steps(c, [S.c.step_id == step_id], with_tokens=with_tokens)
         if not got:
             raise NotFoundError("no such step", step_id=step_id)
         return got[0]
 
     def get_step_by_response_id(self, response_id: str, with_tokens: bool = True) -> Step:
+        """The (first written) step that answered with ``response_id``; NotFoundError if none did."""
         with self._tx() as c:
-            got = self._read_steps(
-                c, [S.c.response_id == response_id], with_tokens=with_tokens, order=_ORDERS["created"], limit=1
-            )
+            got = read_steps(c, [S.c.response_id == response_id], with_tokens=with_tokens, limit=1)
         if not got:
             raise NotFoundError("no step with this response_id", response_id=response_id)
         return got[0]
@@ -287,31 +223,23 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         """The episode's step with the highest index (latest written on ties), or None."""
         order = (S.c.idx.desc(), S.c.created_at.desc(), S.c.step_id.desc())
         with self._tx() as c:
-            got = self._read_steps(c, [S.c.episode_id == episode_id], with_tokens=with_tokens, order=order, limit=1)
+            got = read_steps(c, [S.c.episode_id == episode_id], with_tokens=with_tokens, order=order, limit=1)
             if not got:
-                self._episode(c, episode_id)  # NotFoundError for an unknown episode
+                read_episode(c, episode_id)  # NotFoundError for an unknown episode
         return got[0] if got else None
 
-    def query_steps(
-        self,
-        filter: StepFilter | None = None,
-        limit: int = 100,
-        offset: int = 0,
-        with_tokens: bool = False,
-        order: str = "created",
-    ) -> list[Step]:
+    def query_steps(self, filter: StepFilter | None = None, limit: int = 100, offset: int = 0,
+                    with_tokens: bool = False, order: str = "created") -> list[Step]:
         """Steps matching ``filter``; ``order`` is "created", "-created" or "episode" (id, index).
 
         Without tokens, ``prompt_ids`` / ``response_ids`` come back empty and logprobs None.
         """
         f = coerce(StepFilter, filter or StepFilter(), "filter")
         check_page(limit, offset)
-        if order not in _ORDERS:
-            raise ValidationError(f"order: must be one of {sorted(_ORDERS)}, got {order!r}")
+        if order not in ORDERS:
+            raise ValidationError(f"order: must be one of {sorted(ORDERS)}, got {order!r}")
         with self._tx() as c:
-            return self._read_steps(
-                c, step_conditions(f, self.dialect), with_tokens, order=_ORDERS[order], limit=limit, offset=offset
-            )
+            return read_steps(c, step_conditions(f, self.dialect), with_tokens, ORDERS[order], limit, offset)
 
     def count_episodes(self, filter: StepFilter | None = None) -> int:
         """How many episodes match ``filter`` (its episode conditions)."""
@@ -321,44 +249,8 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
             return int(c.execute(q).scalar_one())
 
     def count_steps(self, filter: StepFilter | None = None) -> int:
+        """How many steps match ``filter``."""
         f = coerce(StepFilter, filter or StepFilter(), "filter")
         q = sa.select(sa.func.count()).select_from(JOIN).where(*step_conditions(f, self.dialect))
         with self._tx() as c:
             return int(c.execute(q).scalar_one())
-
-    def _read_steps(
-        self,
-        c: sa.Connection,
-        where: list[sa.ColumnElement],
-        with_tokens: bool,
-        order: tuple = _ORDERS["created"],
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> list[Step]:
-        cols = [col for col in S.c if with_tokens or col.name not in _TOKEN_COLS]
-        q = (
-            sa.select(*cols, E.c.reward.label("ep_reward"), E.c.reward_status.label("ep_reward_status"))
-            .select_from(JOIN)
-            .where(*where)
-            .order_by(*order)
-            .offset(offset)
-        )
-        if limit is not None:
-            q = q.limit(limit)
-        rows = list(c.execute(q).mappings())
-        tokens = self._load_tokens(c, rows) if with_tokens else {}
-        return [to_step(r, tokens.get(r["step_id"])) for r in rows]
-
-    def _load_tokens(self, c: sa.Connection, rows: list[Mapping[str, Any]]) -> dict[str, list[int]]:
-        keys = sorted({k for r in rows for k in split_hashes(r["block_keys"])})
-        found: dict[bytes, bytes] = {}
-        for chunk in chunks(keys):
-            found.update((k, v) for k, v in c.execute(sa.select(B.c.key, B.c.tokens).where(B.c.key.in_(chunk))))
-        out = {}
-        for r in rows:
-            try:
-                data = b"".join(found[k] for k in split_hashes(r["block_keys"]))
-            except KeyError as e:
-                raise SwarmError("step references a missing token block", step_id=r["step_id"]) from e
-            out[r["step_id"]] = unpack_ids(data + r["tail"])
-        return out
