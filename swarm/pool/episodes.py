@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from swarm.errors import ConflictError, NotFoundError, ValidationError
 from swarm.pool.checks import check_reward, chunks, coerce, coerce_enum
 from swarm.pool.engine import Database
-from swarm.pool.rewards import AUTHORITY, clear_lower_step_rewards, episode_authority, step_authorities
-from swarm.pool.rows import open_episode, to_episode
+from swarm.pool.rewards import AUTHORITY, authority, clear_lower_step_rewards, step_authorities
+from swarm.pool.rows import EPISODE_COLS, open_episode, to_episode
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import steps as S
 from swarm.records import Episode, EpisodeStatus, RewardStatus, now
@@ -158,21 +158,9 @@ class EpisodesMixin(Database):
 
 
 def _row(ep: Episode) -> dict[str, Any]:
-    return {
-        "episode_id": ep.episode_id,
-        "task": ep.task,
-        "group_id": ep.group_id,
-        "client_id": ep.client_id,
-        "type": ep.type.value,
-        "status": ep.status.value,
-        "reward": ep.reward,
-        "reward_status": ep.reward_status.value,
-        "timeout_s": ep.timeout_s,
-        "created_at": ep.created_at,
-        "updated_at": ep.updated_at,
-        "ended_at": ep.ended_at,
-        "meta": ep.metadata,
-    }
+    """The ``episodes`` row of ``ep``."""
+    return ({k: getattr(ep, k) for k in EPISODE_COLS} | {"type": ep.type.value, "status": ep.status.value,
+            "reward_status": ep.reward_status.value, "meta": ep.metadata})
 
 
 def _checked(e: EpisodeEnding) -> EpisodeEnding:
@@ -189,7 +177,7 @@ def _within_authority(c: sa.Connection, e: EpisodeEnding, has_reward: bool) -> E
     """``e`` without the rewards whose target a higher authority than ``e.source`` already set."""
     mine = AUTHORITY[e.source] if e.source in AUTHORITY else 0
     reward = e.reward
-    if reward is not None and episode_authority(c, e.episode_id, has_reward) > mine:
+    if reward is not None and authority(c, e.episode_id, None, has_reward) > mine:
         reward = None
     steps = dict(e.step_rewards or {})
     if steps:

@@ -26,119 +26,59 @@ from swarm.pool.schema import steps as S
 if TYPE_CHECKING:
     import polars as pl
 
-
 __all__ = ["ExportMixin"]
 
 _PAGE = 2000
+# the scalar columns, in DataFrame order: name -> (polars dtype, what SELECT reads it from)
+_SCALARS = {
+    "step_id": ("String", S.c.step_id), "episode_id": ("String", S.c.episode_id), "index": ("Int64", S.c.idx),
+    "parent_step_id": ("String", S.c.parent_step_id), "task": ("String", S.c.task),
+    "group_id": ("String", S.c.group_id), "policy": ("String", S.c.policy),
+    "policy_version": ("Int64", S.c.policy_version), "source": ("String", S.c.source),
+    "response_id": ("String", S.c.response_id), "reward": ("Float64", REWARD),
+    "reward_final": ("Boolean", sa.cast(REWARD_FINAL, sa.Boolean)), "episode_status": ("String", E.c.status),
+    "episode_type": ("String", E.c.type), "created_at": ("Float64", S.c.created_at),
+    "prompt_len": ("Int64", S.c.n_prompt), "response_len": ("Int64", S.c.length - S.c.n_prompt),
+    "consumed_version": ("Int64", S.c.consumed_version),
+}
+_BODY = ("finish_reason", "response_text")  # then these, from the step's JSON body, and its metadata as JSON
 
 
 def _schema(with_tokens: bool) -> dict[str, Any]:
     import polars as pl
 
-    schema: dict[str, Any] = {
-        "step_id": pl.String,
-        "episode_id": pl.String,
-        "index": pl.Int64,
-        "parent_step_id": pl.String,
-        "task": pl.String,
-        "group_id": pl.String,
-        "policy": pl.String,
-        "policy_version": pl.Int64,
-        "source": pl.String,
-        "response_id": pl.String,
-        "reward": pl.Float64,
-        "reward_final": pl.Boolean,
-        "episode_status": pl.String,
-        "episode_type": pl.String,
-        "created_at": pl.Float64,
-        "prompt_len": pl.Int64,
-        "response_len": pl.Int64,
-        "consumed_version": pl.Int64,
-        "finish_reason": pl.String,
-        "response_text": pl.String,
-        "metadata": pl.String,
-    }
+    schema: dict[str, Any] = {k: getattr(pl, t) for k, (t, _) in _SCALARS.items()}
+    schema |= {k: pl.String for k in (*_BODY, "metadata")}
     if with_tokens:
-        schema |= {
-            "prompt_ids": pl.List(pl.UInt32),
-            "response_ids": pl.List(pl.UInt32),
-            "response_logprobs": pl.List(pl.Float64),
-        }
+        schema |= {"prompt_ids": pl.List(pl.UInt32), "response_ids": pl.List(pl.UInt32),
+                   "response_logprobs": pl.List(pl.Float64)}
     return schema
 
 
 class ExportMixin(Database):
-    """to_polars / export_parquet for :class:`swarm.pool.store.Pool`."""
+    """to_polars / export_parquet for :class:`swarm.pool.Pool`."""
 
     def to_polars(self, filter: StepFilter | None = None, with_tokens: bool = False) -> pl.DataFrame:
+        """The matching steps, one row each, oldest first (see the module docstring for the columns)."""
         import polars as pl
 
         f = coerce(StepFilter, filter or StepFilter(), "filter")
         schema = _schema(with_tokens)
         cols: dict[str, list] = {k: [] for k in schema}
         token_cols = [S.c.block_keys, S.c.tail, S.c.logprobs] if with_tokens else []
-        base = (
-            sa.select(
-                S.c.step_id,
-                S.c.episode_id,
-                S.c.idx,
-                S.c.parent_step_id,
-                S.c.task,
-                S.c.group_id,
-                S.c.policy,
-                S.c.policy_version,
-                S.c.source,
-                S.c.response_id,
-                REWARD.label("r"),
-                REWARD_FINAL.label("final"),
-                E.c.status,
-                E.c.type,
-                S.c.created_at,
-                S.c.length,
-                S.c.n_prompt,
-                S.c.consumed_version,
-                S.c.body,
-                S.c.meta,
-                *token_cols,
-            )
-            .select_from(JOIN)
-            .where(*step_conditions(f, self.dialect))
-            .order_by(S.c.created_at, S.c.step_id)
-        )
+        base = (sa.select(*(e.label(k) for k, (_, e) in _SCALARS.items()), S.c.body, S.c.meta, *token_cols)
+                .select_from(JOIN).where(*step_conditions(f, self.dialect)).order_by(S.c.created_at, S.c.step_id))
         offset = 0
         while True:
             with self._tx() as c:
                 rows = list(c.execute(base.limit(_PAGE).offset(offset)).mappings())
                 tokens = load_tokens(c, rows) if with_tokens else {}
             for r in rows:
-                body = r["body"]
-                vals = [
-                    r["step_id"],
-                    r["episode_id"],
-                    r["idx"],
-                    r["parent_step_id"],
-                    r["task"],
-                    r["group_id"],
-                    r["policy"],
-                    r["policy_version"],
-                    r["source"],
-                    r["response_id"],
-                    r["r"],
-                    bool(r["final"]),
-                    r["status"],
-                    r["type"],
-                    r["created_at"],
-                    r["n_prompt"],
-                    r["length"] - r["n_prompt"],
-                    r["consumed_version"],
-                    body.get("finish_reason"),
-                    body.get("response_text"),
-                    json.dumps(r["meta"], sort_keys=True),
-                ]
+                vals = [r[k] for k in _SCALARS] + [r["body"].get(k) for k in _BODY]
+                vals.append(json.dumps(r["meta"], sort_keys=True))
                 if with_tokens:
-                    ids, n = tokens[r["step_id"]], r["n_prompt"]
-                    lp = None if r["logprobs"] is None else unpack_floats(r["logprobs"])
-                    vals += [ids[:n], ids[n:], lp]
+                    ids, n = tokens[r["step_id"]], r["prompt_len"]
+                    vals += [ids[:n], ids[n:], None if r["logprobs"] is None else unpack_floats(r["logprobs"])]
                 for k, v in zip(schema, vals, strict=True):
                     cols[k].append(v)
             if len(rows) < _PAGE:

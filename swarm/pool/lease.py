@@ -77,7 +77,8 @@ class LeaseMixin(Database):
             unclaimed = _unclaimed(t)
             chosen, ids = _select(c, f, self.dialect, unclaimed, max_steps, max_groups)
             _claim(c, lease_id, ids, unclaimed, expires)
-            c.execute(LS.insert(), _lease_row(lease_id, f, len(ids), t, expires))
+            c.execute(LS.insert(), {"lease_id": lease_id, "state": "active", "n_steps": len(ids), "created_at": t,
+                                    "expires_at": expires, "consumed_version": None, "filter": f.model_dump(mode="json")})
             steps = read_steps(c, [S.c.lease_id == lease_id], with_tokens=True) if ids else []
         rank = {k: i for i, k in enumerate(chosen)}
         steps.sort(key=lambda s: (rank[s.group_id or s.step_id], s.created_at, s.step_id))
@@ -204,19 +205,6 @@ def _claim(c: sa.Connection, lease_id: str, ids: list[str], unclaimed: list[sa.C
         claimed += res.rowcount
     if claimed != len(ids):  # cannot happen under the claim lock; never hand out a shared step
         raise ConflictError("steps were claimed concurrently; retry the lease", lease_id=lease_id)
-
-
-def _lease_row(lease_id: str, f: StepFilter, n_steps: int, t: float, expires: float) -> dict[str, Any]:
-    """The ``leases`` row of a new, active lease."""
-    return {
-        "lease_id": lease_id,
-        "state": "active",
-        "n_steps": n_steps,
-        "created_at": t,
-        "expires_at": expires,
-        "consumed_version": None,
-        "filter": f.model_dump(mode="json"),
-    }
 
 
 def _group_check(c: sa.Connection, f: StepFilter, dialect: str) -> Callable[[list[str]], set[str]]:

@@ -32,7 +32,7 @@ from swarm.pool.schema import rewards as RW
 from swarm.pool.schema import steps as S
 from swarm.records import RewardStatus, now
 
-__all__ = ["RewardsMixin", "RewardOutcome", "AUTHORITY", "SOURCES", "episode_authority", "step_authorities",
+__all__ = ["RewardsMixin", "RewardOutcome", "AUTHORITY", "SOURCES", "authority", "step_authorities",
            "clear_lower_step_rewards"]
 
 AUTHORITY = {"agent": 1, "judge": 2, "admin": 3}
@@ -55,7 +55,7 @@ class RewardOutcome:
                 "reward_current_source": self.current_source}
 
 
-def _authority(c: sa.Connection, episode_id: str, step_id: str | None, has_reward: bool) -> int:
+def authority(c: sa.Connection, episode_id: str, step_id: str | None, has_reward: bool) -> int:
     """Authority of the target's current reward: the highest applied record, else the agent's if set."""
     q = sa.select(sa.func.max(RW.c.authority)).where(RW.c.episode_id == episode_id, RW.c.applied.is_(True))
     q = q.where(RW.c.step_id == step_id) if step_id is not None else q.where(RW.c.step_id.is_(None))
@@ -88,15 +88,15 @@ class RewardsMixin(Database):
                     raise NotFoundError("no such step", step_id=step_id)
                 episode_id = row.episode_id
                 own = row.reward is not None
-                ep_auth = _authority(c, episode_id, None, row.ep_reward is not None)
+                ep_auth = authority(c, episode_id, None, row.ep_reward is not None)
                 # a step without its own reward trains on the episode's
-                cur = _authority(c, episode_id, step_id, True) if own else ep_auth
+                cur = authority(c, episode_id, step_id, True) if own else ep_auth
                 cur_final = (row.reward_status if own else row.ep_status) == _FINAL and (own or row.ep_reward is not None)
             else:
                 row = c.execute(sa.select(E.c.reward, E.c.reward_status).where(E.c.episode_id == episode_id)).first()
                 if row is None:
                     raise NotFoundError("no such episode", episode_id=episode_id)
-                cur = _authority(c, episode_id, None, row.reward is not None)
+                cur = authority(c, episode_id, None, row.reward is not None)
                 cur_final = row.reward is not None and row.reward_status == _FINAL
             what = "step" if step_id is not None else "episode"
             if a < AUTHORITY[min_source]:
@@ -151,18 +151,13 @@ class RewardsMixin(Database):
             r = c.execute(sa.select(E.c.reward).where(E.c.episode_id == episode_id)).first()
             if r is None:
                 raise NotFoundError("no such episode", episode_id=episode_id)
-            return _NAMES.get(_authority(c, episode_id, None, r.reward is not None))
+            return _NAMES.get(authority(c, episode_id, None, r.reward is not None))
 
     def reward_history(self, episode_id: str) -> list[dict[str, Any]]:
         """Every reward reported for an episode and its steps, oldest first, with source and outcome."""
         q = sa.select(RW).where(RW.c.episode_id == episode_id).order_by(RW.c.created_at, RW.c.reward_id)
         with self._tx() as c:
             return [{k: v for k, v in r.items() if k != "authority"} for r in c.execute(q).mappings()]
-
-
-def episode_authority(c: sa.Connection, episode_id: str, has_reward: bool) -> int:
-    """Authority of an episode's current reward (0: none), read in ``c``'s transaction."""
-    return _authority(c, episode_id, None, has_reward)
 
 
 def step_authorities(c: sa.Connection, episode_id: str, step_ids: list[str]) -> dict[str, int]:

@@ -24,11 +24,12 @@ from swarm.pool.schema import episodes as E
 from swarm.pool.schema import steps as S
 from swarm.records import Episode, EpisodeStatus, RewardStatus, Source, Step
 
-__all__ = ["digest", "to_episode", "to_step", "read_episode", "open_episode", "read_steps", "load_tokens", "ORDERS"]
+__all__ = ["digest", "to_episode", "to_step", "read_episode", "open_episode", "read_steps", "load_tokens", "ORDERS",
+           "EPISODE_COLS"]
 
 _TOKEN_COLS = ("block_keys", "tail", "logprobs")
-_EPISODE_COLS = ("episode_id", "task", "group_id", "client_id", "type", "status", "reward", "reward_status",
-                 "timeout_s", "created_at", "updated_at", "ended_at")
+EPISODE_COLS = ("episode_id", "task", "group_id", "client_id", "type", "status", "reward", "reward_status",
+                "timeout_s", "created_at", "updated_at", "ended_at")
 ORDERS = {  # the step orders of query_steps
     "created": (S.c.created_at, S.c.step_id),
     "-created": (S.c.created_at.desc(), S.c.step_id.desc()),
@@ -54,7 +55,7 @@ def digest(s: Step) -> bytes:
 
 def to_episode(r: Mapping[str, Any]) -> Episode:
     """A stored ``episodes`` row as an Episode."""
-    return Episode(**{k: r[k] for k in _EPISODE_COLS}, metadata=r["meta"])
+    return Episode(**{k: r[k] for k in EPISODE_COLS}, metadata=r["meta"])
 
 
 def to_step(r: Mapping[str, Any], ids: list[int] | None) -> Step:

@@ -25,6 +25,12 @@ metadata = sa.MetaData()
 JSON = sa.JSON().with_variant(JSONB(), "postgresql")
 ID = sa.String(ID_LEN)
 
+
+def _partial(name: str, *columns: str, where: str) -> sa.Index:
+    """An index over the rows where ``where`` holds, on both backends."""
+    return sa.Index(name, *columns, sqlite_where=sa.text(where), postgresql_where=sa.text(where))
+
+
 episodes = sa.Table(
     "episodes",
     metadata,
@@ -87,21 +93,8 @@ steps = sa.Table(
     sa.Index("ix_steps_response_id", "response_id"),
     sa.Index("ix_steps_lease", "lease_id"),
     # what a lease walks: unconsumed steps (of a policy), oldest first, in index order
-    sa.Index(
-        "ix_steps_unconsumed_created",
-        "created_at",
-        "step_id",
-        sqlite_where=sa.text("consumed_version IS NULL"),
-        postgresql_where=sa.text("consumed_version IS NULL"),
-    ),
-    sa.Index(
-        "ix_steps_unconsumed_policy_created",
-        "policy",
-        "created_at",
-        "step_id",
-        sqlite_where=sa.text("consumed_version IS NULL"),
-        postgresql_where=sa.text("consumed_version IS NULL"),
-    ),
+    _partial("ix_steps_unconsumed_created", "created_at", "step_id", where="consumed_version IS NULL"),
+    _partial("ix_steps_unconsumed_policy_created", "policy", "created_at", "step_id", where="consumed_version IS NULL"),
 )
 
 blocks = sa.Table(
@@ -171,12 +164,7 @@ agreements = sa.Table(
     sa.Column("created_at", sa.Double, nullable=False),
     sa.Column("taken_at", sa.Double),
     sa.Index("ix_agreements_created", "created_at"),
-    sa.Index(
-        "ix_agreements_open",
-        "client_id",
-        sqlite_where=sa.text("taken_at IS NULL"),
-        postgresql_where=sa.text("taken_at IS NULL"),
-    ),
+    _partial("ix_agreements_open", "client_id", where="taken_at IS NULL"),
 )
 
 # every reward reported through the gateway, with who gave it (swarm.pool.rewards): agent < judge < admin;
