@@ -34,9 +34,12 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from research_agent.isolation import SANDBOX_UID, Isolation, bwrap_command, detect, readable_paths
+
+if TYPE_CHECKING:  # the sandbox imports swarm only inside the dry run
+    from swarm.pool import Lookup
 
 __all__ = ["Limits", "SandboxResult", "run_sandboxed", "MALFORMED_ANSWERS"]
 
@@ -272,7 +275,7 @@ def _backend(policy: str, model_path: str | None) -> Any:
     raise ValueError(f"validate.policy={policy!r} is unknown; use tiny or echo")
 
 
-def _pool_summary(pool: Any, task: str) -> dict[str, Any]:
+def _pool_summary(pool: Lookup, task: str) -> dict[str, Any]:
     """What the dry run left in the pool: episodes by status, episodes without steps, rewards by group."""
     from swarm.pool import StepFilter
 

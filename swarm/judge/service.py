@@ -45,7 +45,7 @@ from swarm.judge.prompt import (
     response_format,
 )
 from swarm.judge.spec import JudgeSpec
-from swarm.pool import Pool, StepFilter
+from swarm.pool import Recorder, StepFilter
 from swarm.records import Episode, EpisodeStatus, Event, RewardStatus, Source
 
 __all__ = ["GroupJudge", "GroupOutcome", "JudgeFailed", "JUDGE_TASK", "combine"]
@@ -91,7 +91,7 @@ def combine(spec: JudgeSpec, score: int, task_reward: float | None) -> float:
 class GroupJudge:
     """Judges ``task``'s complete groups on ``pool`` through the gateway at ``server`` (see the module docstring)."""
 
-    def __init__(self, pool: Pool, server: str, spec: JudgeSpec, task: str, group_size: int,
+    def __init__(self, pool: Recorder, server: str, spec: JudgeSpec, task: str, group_size: int,
                  token: str | None = None, lookback_s: float = 3600.0,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.pool, self.spec, self.task, self.group_size = pool, spec, task, int(group_size)
