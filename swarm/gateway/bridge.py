@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from swarm.errors import SwarmError
-from swarm.gateway.auth import Caller
 from swarm.gateway.calls import generate, prepare_chat, replayed, store, stored_call
-from swarm.gateway.errors import ApiError, from_swarm_error
 from swarm.gateway.openai_format import chat_chunk, chat_logprobs, chat_message, usage
 from swarm.gateway.schemas import ChatCompletionRequest
 from swarm.gateway.state import GatewayState
 from swarm.gateway.streaming import chat_chunks, open_stream
 from swarm.policy.base import Generation
 from swarm.records import Step
+from swarm.web.auth import Caller
+from swarm.web.errors import ApiError, from_swarm_error
 
 __all__ = ["ChatRun", "Translator", "run_chat", "as_api_error", "sse_frame", "translated_events", "collect"]
 

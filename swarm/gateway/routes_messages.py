@@ -20,10 +20,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from swarm.gateway.auth import Caller
 from swarm.gateway.bridge import as_api_error, collect, run_chat, translated_events
-from swarm.gateway.deps import State, episode_caller
-from swarm.gateway.errors import ApiError, describe_validation
 from swarm.gateway.messages_api import (
     PARAMS,
     CountTokensRequest,
@@ -34,7 +31,10 @@ from swarm.gateway.messages_api import (
 )
 from swarm.gateway.prefix import normalize_messages
 from swarm.gateway.routes_openai import idempotency_key
-from swarm.gateway.state import GatewayState
+from swarm.gateway.state import GatewayState, State
+from swarm.web.auth import Caller
+from swarm.web.deps import episode_caller
+from swarm.web.errors import ApiError, describe_validation
 
 __all__ = ["router", "AnthropicErrors"]
 

@@ -20,10 +20,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from swarm.gateway.auth import Caller
 from swarm.gateway.calls import CallPlan, generate, prepare_chat, prepare_completion, replayed, store, stored_call
-from swarm.gateway.deps import State, episode_caller
-from swarm.gateway.errors import ApiError
 from swarm.gateway.openai_format import (
     chat_chunk,
     chat_logprobs,
@@ -35,8 +32,11 @@ from swarm.gateway.openai_format import (
     usage,
 )
 from swarm.gateway.schemas import ChatCompletionRequest, CompletionRequest
-from swarm.gateway.state import GatewayState
+from swarm.gateway.state import GatewayState, State
 from swarm.gateway.streaming import chat_events, completion_events, open_stream
+from swarm.web.auth import Caller
+from swarm.web.deps import episode_caller
+from swarm.web.errors import ApiError
 
 __all__ = ["router"]
 

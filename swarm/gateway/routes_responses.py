@@ -17,13 +17,13 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from swarm.errors import NotFoundError
-from swarm.gateway.auth import Caller
 from swarm.gateway.bridge import collect, run_chat, translated_events
-from swarm.gateway.deps import State, episode_caller
-from swarm.gateway.errors import ApiError
 from swarm.gateway.responses_api import PARAMS, ResponsesRequest, ResponsesTranslator, history_of, to_chat
 from swarm.gateway.routes_openai import idempotency_key
-from swarm.gateway.state import GatewayState
+from swarm.gateway.state import GatewayState, State
+from swarm.web.auth import Caller
+from swarm.web.deps import episode_caller
+from swarm.web.errors import ApiError
 
 __all__ = ["router"]
 

@@ -21,7 +21,6 @@ from typing import Any
 
 from swarm.errors import SwarmError
 from swarm.gateway.calls import CallPlan, finalize, store
-from swarm.gateway.errors import ApiError, error_body, from_swarm_error
 from swarm.gateway.openai_format import (
     chat_chunk,
     chat_logprobs,
@@ -31,6 +30,7 @@ from swarm.gateway.openai_format import (
 )
 from swarm.gateway.state import GatewayState
 from swarm.policy.base import Generation, TokenDelta
+from swarm.web.errors import ApiError, error_body, from_swarm_error
 
 __all__ = ["open_stream", "chat_events", "chat_chunks", "completion_events", "Holdback"]
 

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pool]]:
     pytest.importorskip("gguf", reason="model=smollm2 needs the gguf package (make setup installs it)")
     from swarm.errors import ValidationError
-    from swarm.gateway import GatewaySettings, create_app
+    from swarm.app import GatewaySettings, create_app
     from swarm.policy.gguf import ensure_gguf_model
     from swarm.policy.hf import HFBackend
     from swarm.stack import ServerThread

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from swarm.client import SwarmClient
-from swarm.gateway import GatewaySettings, create_app
+from swarm.app import GatewaySettings, create_app
 from swarm.policy.echo import EchoBackend
 from swarm.policy.router import PolicyRouter
 from swarm.policy.upstream import UpstreamBackend

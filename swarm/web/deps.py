@@ -1,7 +1,7 @@
-"""FastAPI dependencies: the gateway state and the six kinds of caller a route may require.
+"""FastAPI dependencies: the service state and the six kinds of caller a route may require.
 
 The ``HTTPBearer`` scheme is declared only so /openapi.json documents the bearer auth; the checks
-themselves are in :class:`swarm.gateway.state.GatewayState`. They are ``async def`` although they never
+themselves are in :class:`swarm.web.state.ServiceState`. They are ``async def`` although they never
 await: FastAPI runs plain ``def`` dependencies on a worker thread, a thread hop per dependency per call.
 """
 
@@ -10,17 +10,17 @@ from __future__ import annotations
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from swarm.gateway.auth import Caller
-from swarm.gateway.state import GatewayState, get_state
+from swarm.web.auth import Caller
+from swarm.web.state import ServiceState, get_state
 
-__all__ = ["State", "episode_caller", "client_caller", "any_caller", "admin_caller", "reader_caller",
+__all__ = ["Service", "episode_caller", "client_caller", "any_caller", "admin_caller", "reader_caller",
            "sync_caller"]
 
 _bearer = HTTPBearer(auto_error=False, description="an episode api key, the client token or the admin token")
 _Cred = HTTPAuthorizationCredentials | None
 
 
-async def State(request: Request) -> GatewayState:  # noqa: N802 - reads as a type in signatures
+async def Service(request: Request) -> ServiceState:  # noqa: N802 - reads as a type in signatures
     return get_state(request)
 
 

@@ -1,6 +1,7 @@
-"""The gateway's FastAPI app: ``create_app(pool, backend, settings)``.
+"""The FastAPI app: ``create_app(pool, backend, settings)``, the gateway's routes with the dashboard mounted.
 
-Wires the routers, OpenAI-shaped error handlers, the Host check of a gateway without tokens
+Assembled here, above :mod:`swarm.gateway` and :mod:`swarm.dashboard`, so that neither imports the
+other. Wires the routers, OpenAI-shaped error handlers, the Host check of a gateway without tokens
 (:mod:`swarm.gateway.hosts`), the request body limit and the background
 sweep that abandons open episodes idle past their ``timeout_s``. Serving (uvicorn, host, port)
 is the caller's business: see ``flows/serve.py``. Nothing here reads config files or env vars.
@@ -28,15 +29,14 @@ from swarm.gateway import (
     routes_responses,
     sync,
 )
-from swarm.gateway.deps import State
-from swarm.gateway.errors import install_error_handlers
 from swarm.gateway.hosts import HostCheck, host_name
-from swarm.gateway.settings import GatewaySettings
-from swarm.gateway.state import GatewayState
+from swarm.gateway.state import GatewayState, State
 from swarm.policy.base import PolicyBackend
 from swarm.pool import Pool
+from swarm.web.errors import install_error_handlers
+from swarm.web.settings import GatewaySettings
 
-__all__ = ["create_app", "BodyLimit"]
+__all__ = ["create_app", "BodyLimit", "GatewaySettings"]
 
 log = logging.getLogger("swarm.gateway")
 
@@ -104,7 +104,7 @@ async def _sweep(state: GatewayState) -> None:
 
 
 def create_app(pool: Pool, backend: PolicyBackend, settings: GatewaySettings | None = None) -> FastAPI:
-    """The gateway app over ``pool`` and ``backend``."""
+    """The app over ``pool`` and ``backend``: gateway routes, the dashboard, error handlers and middleware."""
     settings = settings or GatewaySettings()
     state = GatewayState(pool, backend, settings)
 
