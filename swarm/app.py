@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -33,7 +34,7 @@ from swarm.gateway.hosts import HostCheck, host_name
 from swarm.gateway.state import GatewayState, State
 from swarm.policy.base import PolicyBackend
 from swarm.pool import Pool
-from swarm.web.errors import install_error_handlers
+from swarm.web.errors import error_body, install_error_handlers
 from swarm.web.settings import GatewaySettings
 
 __all__ = ["create_app", "BodyLimit", "GatewaySettings"]
@@ -82,10 +83,7 @@ class BodyLimit:
 
     @staticmethod
     async def _refuse(send: Send, status: int, message: str, code: str) -> None:
-        import json
-
-        body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
-                                     "code": code}}).encode()
+        body = json.dumps(error_body(message, "invalid_request_error", code=code)).encode()
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})

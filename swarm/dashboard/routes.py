@@ -25,10 +25,9 @@ from swarm.dashboard.snapshot import Aggregates, MergeCache, RateCache
 from swarm.errors import NotFoundError
 from swarm.pool import StepFilter
 from swarm.web.auth import Caller
-from swarm.web.deps import Service, admin_caller, reader_caller
 from swarm.web.errors import ApiError
-from swarm.web.pool_json import parse_filter, readable_response, step_json
-from swarm.web.state import ServiceState, get_state
+from swarm.web.pool_json import parse_filter, readable_response, split_query, step_json
+from swarm.web.state import Service, ServiceState, admin_caller, get_state, reader_caller
 
 __all__ = ["router", "DashboardState"]
 
@@ -56,13 +55,8 @@ def _dash(request: Request) -> DashboardState:
 
 def _split(request: Request, extra: frozenset[str] = frozenset()) -> tuple[dict[str, str], StepFilter]:
     """(control parameters, the StepFilter made of all other query parameters)."""
-    keys = _CONTROL | extra
-    q = request.query_params
-    dup = [k for k in q.keys() if len(q.getlist(k)) > 1]
-    if dup:
-        raise ApiError(400, f"query parameter {dup[0]!r} is given more than once", param=dup[0])
-    control = {k: v for k, v in q.items() if k in keys}
-    raw = {k: v for k, v in q.items() if k not in keys and v != ""}
+    control, raw = split_query(request, _CONTROL | extra)
+    raw = {k: v for k, v in raw.items() if v != ""}
     if "group_ids" in raw:
         raw["group_ids"] = [g for g in raw["group_ids"].split(",") if g]
     return control, parse_filter(raw)

@@ -20,8 +20,8 @@ from swarm.pool.episodes import EpisodeEnding
 from swarm.pool.rewards import AUTHORITY
 from swarm.records import Episode, EpisodeStatus
 from swarm.web.auth import Caller
-from swarm.web.deps import any_caller, client_caller
 from swarm.web.errors import ApiError
+from swarm.web.state import any_caller, client_caller
 
 __all__ = ["router", "episode_json"]
 

@@ -28,8 +28,8 @@ from swarm.policy.base import vocab_size
 from swarm.pool.rewards import RewardOutcome
 from swarm.records import Event, Source, Step
 from swarm.web.auth import Caller
-from swarm.web.deps import any_caller, episode_caller
 from swarm.web.errors import ApiError
+from swarm.web.state import any_caller, episode_caller
 
 __all__ = ["router", "min_reward_source", "report_reward"]
 

@@ -20,9 +20,9 @@ from swarm.gateway.schemas import AckRequest, LabelIn, LeaseRequest
 from swarm.gateway.state import GatewayState, State
 from swarm.pool.filter import StepFilter
 from swarm.web.auth import Caller
-from swarm.web.deps import admin_caller, reader_caller
 from swarm.web.errors import ApiError
-from swarm.web.pool_json import finite, parse_filter, readable_response, step_json
+from swarm.web.pool_json import finite, parse_filter, readable_response, split_query, step_json
+from swarm.web.state import admin_caller, reader_caller
 
 __all__ = ["router"]
 
@@ -54,15 +54,6 @@ def _paging_params(default_tokens: bool = False) -> list[dict[str, Any]]:
         {"name": "offset", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}},
         {"name": "with_tokens", "in": "query", "required": False, "schema": {"type": "boolean", "default": default_tokens}},
     ]
-
-
-def _query(request: Request) -> tuple[dict[str, str], dict[str, Any]]:
-    q = request.query_params
-    dup = [k for k in q.keys() if len(q.getlist(k)) > 1]
-    if dup:
-        raise ApiError(400, f"query parameter {dup[0]!r} is given more than once", param=dup[0])
-    paging = {k: v for k, v in q.items() if k in _PAGING}
-    return paging, {k: v for k, v in q.items() if k not in _PAGING}
 
 
 def _int(paging: dict[str, str], key: str, default: int, hi: int | None = None) -> int:
@@ -98,7 +89,7 @@ async def pool_stats(state: GatewayState = Depends(State),
 async def list_steps(request: Request, state: GatewayState = Depends(State),
                      _: Caller = Depends(reader_caller)) -> dict[str, Any]:
     """Steps matching a filter (query-string keys = StepFilter fields), oldest first."""
-    paging, raw = _query(request)
+    paging, raw = split_query(request, _PAGING)
     f = parse_filter(raw)
     limit, offset = _int(paging, "limit", 100, _MAX_LIMIT), _int(paging, "offset", 0)
     tokens = _bool(paging, "with_tokens", False)
@@ -115,7 +106,7 @@ async def list_steps(request: Request, state: GatewayState = Depends(State),
 async def get_step(step_id: str, request: Request, state: GatewayState = Depends(State),
                    _: Caller = Depends(reader_caller)) -> Response:
     """One step, with token ids and logprobs unless ``with_tokens=false``."""
-    paging, rest = _query(request)
+    paging, rest = split_query(request, _PAGING)
     tokens = _bool(paging, "with_tokens", True)
     step = await state.db(state.pool.get_step, step_id, with_tokens=tokens)
     return readable_response(step_json(step, tokens))
@@ -125,7 +116,7 @@ async def get_step(step_id: str, request: Request, state: GatewayState = Depends
 async def list_episodes(request: Request, state: GatewayState = Depends(State),
                         _: Caller = Depends(reader_caller)) -> dict[str, Any]:
     """Episodes matching a filter (its episode-level keys), oldest first."""
-    paging, raw = _query(request)
+    paging, raw = split_query(request, _PAGING)
     f = parse_filter(raw)
     limit, offset = _int(paging, "limit", 100, _MAX_LIMIT), _int(paging, "offset", 0)
     eps = await state.db(state.pool.query_episodes, f, limit=limit, offset=offset)

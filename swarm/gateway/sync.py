@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict
 
 from swarm.gateway.state import GatewayState, State
 from swarm.web.auth import Caller
-from swarm.web.deps import sync_caller
 from swarm.web.limits import Id
+from swarm.web.state import sync_caller
 
 __all__ = ["router"]
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pydantic
 import pydantic_core
+from fastapi import Request
 from fastapi.responses import Response
 
 from swarm.pool.filter import StepFilter
@@ -20,7 +21,7 @@ from swarm.records import Step
 from swarm.web.errors import ApiError, describe_validation
 from swarm.web.limits import MAX_JSON_BYTES, check_json, repair_unicode
 
-__all__ = ["step_json", "readable_response", "parse_filter", "finite"]
+__all__ = ["step_json", "readable_response", "parse_filter", "finite", "split_query"]
 
 _TOKEN_FIELDS = ("prompt_ids", "response_ids", "response_logprobs")
 
@@ -107,3 +108,12 @@ def parse_filter(raw: dict[str, Any]) -> StepFilter:
         return finite(StepFilter.model_validate(data))
     except pydantic.ValidationError as exc:
         raise describe_validation(list(exc.errors())) from None
+
+
+def split_query(request: Request, keys: frozenset[str] | set[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(the query parameters named in ``keys``, all others); a parameter given twice is a 400."""
+    q = request.query_params
+    dup = [k for k in q.keys() if len(q.getlist(k)) > 1]
+    if dup:
+        raise ApiError(400, f"query parameter {dup[0]!r} is given more than once", param=dup[0])
+    return {k: v for k, v in q.items() if k in keys}, {k: v for k, v in q.items() if k not in keys}

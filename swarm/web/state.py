@@ -1,8 +1,11 @@
-"""ServiceState: what every route of the app needs (pool, backend, settings, key signer), plus auth checks.
+"""ServiceState: what every route of the app needs (pool, backend, settings, key signer), its auth checks, and
+the FastAPI dependencies over them (:func:`Service` and the six kinds of caller a route may require).
 
 One instance per app, on ``app.state.gateway`` (the gateway's :class:`~swarm.gateway.state.GatewayState`
-extends it with the episode write path); routes get it with :func:`get_state`. Pool calls are blocking
-(SQLAlchemy), so routes run them through :meth:`ServiceState.db` on a worker thread. It holds no routes.
+extends it with the episode write path). Pool calls are blocking (SQLAlchemy), so routes run them through
+:meth:`ServiceState.db` on a worker thread. The ``HTTPBearer`` scheme is declared only so /openapi.json
+documents the bearer auth. The dependencies are ``async def`` although they never await: FastAPI runs plain
+``def`` dependencies on a worker thread, a thread hop per dependency per call. It holds no routes.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import anyio.to_thread
-from fastapi import Request
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from swarm.policy.base import PolicyBackend
 from swarm.pool import Pool
@@ -21,7 +25,8 @@ from swarm.web.auth import KEY_PREFIX, Caller, KeySigner, bearer_token, token_ma
 from swarm.web.errors import ApiError
 from swarm.web.settings import GatewaySettings
 
-__all__ = ["ServiceState", "get_state"]
+__all__ = ["ServiceState", "get_state", "Service", "episode_caller", "client_caller", "any_caller", "admin_caller",
+           "reader_caller", "sync_caller"]
 
 T = TypeVar("T")
 INLINE_CHARS = 4096  # see ServiceState.cpu
@@ -103,7 +108,9 @@ class ServiceState:
         raise ApiError(401, "this gateway requires the client token (SWARM_CLIENT_TOKEN) as bearer token",
                        code="invalid_client_token")
 
-    def any_caller(self, request: Request) -> Caller:
+    def any_caller(self, request: Request,
+                   refusal: str = "this route needs the episode's api key (or a configured client / admin token)",
+                   ) -> Caller:
         """An episode key, or a configured client/admin token: never open, whatever is configured."""
         token = bearer_token(request)
         if token and token.startswith(KEY_PREFIX):
@@ -111,22 +118,15 @@ class ServiceState:
         caller = self._service(token)
         if caller is not None:
             return caller
-        raise ApiError(401, "this route needs the episode's api key (or a configured client / admin token)",
-                       code="missing_api_key" if not token else "invalid_api_key")
+        raise ApiError(401, refusal, code="missing_api_key" if not token else "invalid_api_key")
 
     def sync_caller(self, request: Request) -> Caller:
-        """``/v1/sync*``: open only when no token is configured; else an episode key or a client / admin token."""
-        s = self.settings
-        token = bearer_token(request)
-        if s.admin_token is None and s.client_token is None:
+        """``/v1/sync*``: open only when no token is configured; else as :meth:`any_caller`."""
+        if self.settings.open:
+            bearer_token(request)  # a malformed Authorization header is a 401 all the same
             return Caller(service=True)
-        if token and token.startswith(KEY_PREFIX):
-            return self._episode_key(token)
-        caller = self._service(token)
-        if caller is not None:
-            return caller
-        raise ApiError(401, "this gateway has tokens configured: /v1/sync needs an episode api key or the client / "
-                       "admin token", code="missing_api_key" if not token else "invalid_api_key")
+        return self.any_caller(request, "this gateway has tokens configured: /v1/sync needs an episode api key or "
+                               "the client / admin token")
 
     def reader_caller(self, request: Request) -> Caller:
         """Pool reads: the admin token when one is set, else the client token when set; open otherwise."""
@@ -154,3 +154,35 @@ class ServiceState:
 
 def get_state(request: Request) -> ServiceState:
     return request.app.state.gateway
+
+
+async def Service(request: Request) -> ServiceState:  # noqa: N802 - reads as a type in signatures
+    return get_state(request)
+
+
+_bearer = HTTPBearer(auto_error=False, description="an episode api key, the client token or the admin token")
+_Cred = HTTPAuthorizationCredentials | None
+
+
+async def episode_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
+    return get_state(request).episode_caller(request)
+
+
+async def client_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
+    return get_state(request).client_caller(request)
+
+
+async def any_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
+    return get_state(request).any_caller(request)
+
+
+async def admin_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
+    return get_state(request).admin_caller(request)
+
+
+async def sync_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
+    return get_state(request).sync_caller(request)
+
+
+def reader_caller(request: Request, _: _Cred = Depends(_bearer)) -> Caller:
+    return get_state(request).reader_caller(request)
