@@ -103,7 +103,7 @@ def judge_backend(model_name: str) -> Any:
 
 
 def run(model_name: str, groups: int, size: int, view: str, seed: int) -> dict[str, Any]:
-    from swarm.gateway import GatewaySettings, create_app
+    from swarm.app import GatewaySettings, create_app
     from swarm.judge import GroupJudge, JudgeSpec
     from swarm.pool import Pool
     from swarm.stack import ServerThread

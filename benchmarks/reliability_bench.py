@@ -69,8 +69,8 @@ for _k, _v in {"DO_NOT_TRACK": "true", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFL
 from flows.drill import boundary_plan, crash_drill  # noqa: E402
 from flows.serve import spawn  # noqa: E402
 from flows.shutdown import own_prefect_server  # noqa: E402
+from swarm.app import GatewaySettings, create_app  # noqa: E402
 from swarm.client.load import load_then  # noqa: E402
-from swarm.gateway import GatewaySettings, create_app  # noqa: E402
 from swarm.gateway.hostile import FORGE, out_of_vocab_steps, trickle, unstorable_requests, whitebox  # noqa: E402
 from swarm.policy.echo import EchoBackend  # noqa: E402
 from swarm.pool import Pool, StepFilter  # noqa: E402

@@ -25,7 +25,7 @@ import uvicorn
 from omegaconf import DictConfig, OmegaConf
 
 from flows.components import gateway_settings, make_backend, make_pool
-from swarm.gateway import create_app
+from swarm.app import create_app
 from swarm.gateway.connections import uvicorn_config
 
 __all__ = ["main", "serve", "spawn", "GatewayProcess"]

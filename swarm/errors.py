@@ -11,9 +11,13 @@ responses with :attr:`SwarmError.status_code`; nothing here knows about HTTP its
     │   └── LeaseError         a lease is unknown, expired or already acknowledged
     ├── AuthError              a missing, forged or foreign credential
     ├── ConfigError            a config key is missing or wrong (names the key and the fix)
-    └── BackendError           an inference backend failed or refused a request
-        ├── ContextLengthError the prompt plus max_tokens exceed the model's context
-        └── ChecksumError      a model file does not match the checksum recorded for it
+    ├── BackendError           an inference backend failed or refused a request
+    │   ├── ContextLengthError the prompt plus max_tokens exceed the model's context
+    │   └── ChecksumError      a model file does not match the checksum recorded for it
+    ├── ApiError               a request the app refuses: HTTP status + OpenAI fields (swarm.web.errors)
+    └── ClientError            the gateway refused a call or was unreachable; also a RuntimeError (swarm.client.sdk)
+
+The last two live with the code that raises them (HTTP and the client SDK); this module imports neither.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ class Stack:
 def start_stack(pool: Pool, backend: PolicyBackend, settings: Any = None, host: str = "127.0.0.1",
                 port: int = 0) -> Stack:
     """Serve ``pool`` + ``backend`` through a real gateway on ``host:port`` (0: a free port)."""
-    from swarm.gateway import GatewaySettings, create_app
+    from swarm.app import GatewaySettings, create_app
 
     settings = settings or GatewaySettings.from_env()
     settings.check_bind(host)

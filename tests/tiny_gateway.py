@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from swarm.gateway import GatewaySettings, create_app
+from swarm.app import GatewaySettings, create_app
 from swarm.policy.hf import HFBackend
 from swarm.pool import Pool
 from swarm.stack import ServerThread

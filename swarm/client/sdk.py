@@ -21,15 +21,17 @@ from typing import Any
 
 import httpx
 
+from swarm.errors import SwarmError
+
 __all__ = ["SwarmClient", "EpisodeHandle", "ClientError"]
 
 
-class ClientError(RuntimeError):
-    """The gateway refused a call (4xx/5xx) or could not be reached after all retries."""
+class ClientError(SwarmError, RuntimeError):
+    """The gateway refused a call (4xx/5xx; ``status_code``) or could not be reached after all retries (``None``)."""
 
     def __init__(self, message: str, status_code: int | None = None, episode_id: str | None = None) -> None:
-        super().__init__(message if episode_id is None else f"{message} (episode_id={episode_id})")
-        self.status_code = status_code
+        super().__init__(message, episode_id=episode_id)
+        self.status_code = status_code  # type: ignore[assignment]  # None: no answer at all
         self.episode_id = episode_id
 
 

@@ -1,12 +1,13 @@
-"""The data-lifecycle dashboard, served by the gateway at ``/dashboard``.
+"""The data-lifecycle dashboard, served by the app (:mod:`swarm.app`) at ``/dashboard``.
 
 Five views over the pool: Collection (what is coming in), Representation (what a step really
-is: messages, exact tokens, logprobs), Curation (the trainer's own :class:`~swarm.pool.StepFilter`
-and labels, with live counts and Parquet export), Prefix merging (what merging saves per batch,
-and the prefix tree) and Consumption (leases, acks, staleness, episode reward per version).
+is: messages, exact tokens, logprobs), Curation (the trainer's :class:`~swarm.pool.StepFilter`, before
+its batching strategy picks groups, and labels, with live counts and Parquet export), Prefix merging
+(what merging saves per batch, and the prefix tree) and Consumption (leases, acks, staleness, reward).
 
 Everything ships in this package: one HTML page, a small vanilla-JS file and a stylesheet;
-charts are SVG rendered on the server. Reads go through bounded, indexed queries
+charts are SVG rendered on the server. It imports no gateway module: credentials, errors
+and the service state come from :mod:`swarm.web`. Reads go through bounded, indexed queries
 (:mod:`swarm.dashboard.queries`) and background-refreshed aggregates
 (:mod:`swarm.dashboard.snapshot`). It does not train, lease or change anything but labels.
 See docs/dashboard.md.
@@ -25,7 +26,7 @@ STATIC_DIR = Path(__file__).parent / "static"
 
 
 def mount_dashboard(app: FastAPI) -> None:
-    """Add the dashboard's routes and static assets to a gateway app (``create_app`` does this)."""
+    """Add the dashboard's routes and static assets to an app (:func:`swarm.app.create_app` does this)."""
     from swarm.dashboard.routes import router
 
     app.include_router(router)

@@ -3,7 +3,7 @@
 Reads need the same token as the pool read API (the admin token when one is configured); writes
 (labels, Parquet exports) need the admin token when one is configured. Filters are :class:`~swarm.pool.StepFilter` in the query string (or
 JSON body), parsed exactly like ``/v1/pool/steps``. Charts come back as SVG strings inside the
-JSON, rendered on the server. Errors use the gateway's JSON error shape.
+JSON, rendered on the server. Errors use the app's JSON error shape (:mod:`swarm.web.errors`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ from swarm.dashboard import queries, svg
 from swarm.dashboard.merging import load_sequences, merge_summary, tree_view
 from swarm.dashboard.snapshot import Aggregates, MergeCache, RateCache
 from swarm.errors import NotFoundError
-from swarm.gateway.auth import Caller
-from swarm.gateway.deps import State, admin_caller, reader_caller
-from swarm.gateway.errors import ApiError
-from swarm.gateway.routes_pool import parse_filter, readable_response, step_json
-from swarm.gateway.state import GatewayState
 from swarm.pool import StepFilter
+from swarm.web.auth import Caller
+from swarm.web.errors import ApiError
+from swarm.web.pool_json import parse_filter, readable_response, split_query, step_json
+from swarm.web.state import Service, ServiceState, admin_caller, get_state, reader_caller
 
 __all__ = ["router", "DashboardState"]
 
@@ -41,28 +40,23 @@ _MAX_TOKENS_SHOWN = 8000
 class DashboardState:
     """Per-app caches (see :mod:`swarm.dashboard.snapshot`)."""
 
-    def __init__(self, gateway: GatewayState) -> None:
-        self.aggregates = Aggregates(gateway.pool)
-        self.rates = RateCache(gateway.pool)
+    def __init__(self, service: ServiceState) -> None:
+        self.aggregates = Aggregates(service.pool)
+        self.rates = RateCache(service.pool)
         self.merges = MergeCache()
 
 
 def _dash(request: Request) -> DashboardState:
     st = getattr(request.app.state, "dashboard", None)
     if st is None:
-        st = request.app.state.dashboard = DashboardState(request.app.state.gateway)
+        st = request.app.state.dashboard = DashboardState(get_state(request))
     return st
 
 
 def _split(request: Request, extra: frozenset[str] = frozenset()) -> tuple[dict[str, str], StepFilter]:
     """(control parameters, the StepFilter made of all other query parameters)."""
-    keys = _CONTROL | extra
-    q = request.query_params
-    dup = [k for k in q.keys() if len(q.getlist(k)) > 1]
-    if dup:
-        raise ApiError(400, f"query parameter {dup[0]!r} is given more than once", param=dup[0])
-    control = {k: v for k, v in q.items() if k in keys}
-    raw = {k: v for k, v in q.items() if k not in keys and v != ""}
+    control, raw = split_query(request, _CONTROL | extra)
+    raw = {k: v for k, v in raw.items() if v != ""}
     if "group_ids" in raw:
         raw["group_ids"] = [g for g in raw["group_ids"].split(",") if g]
     return control, parse_filter(raw)
@@ -99,7 +93,7 @@ def _window_text(window_s: float) -> str:
 
 
 @router.get("/dashboard/api/collection", dependencies=[Depends(reader_caller)])
-async def collection(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+async def collection(request: Request, state: ServiceState = Depends(Service)) -> dict[str, Any]:
     """Steps and episodes per source / task / policy / status, step rates, active clients.
 
     The rate window ends now while steps keep coming; when the newest step is older than the
@@ -139,7 +133,7 @@ async def collection(request: Request, state: GatewayState = Depends(State)) -> 
 
 # -------------------------------------------------------------------------------- representation
 @router.get("/dashboard/api/steps", dependencies=[Depends(reader_caller)])
-async def steps(request: Request, state: GatewayState = Depends(State)) -> Response:
+async def steps(request: Request, state: ServiceState = Depends(Service)) -> Response:
     """One page of steps matching a filter, newest first by default; ``has_more`` instead of a total.
 
     A row holding text UTF-8 cannot encode (stored before the gateway refused it) is served escaped and
@@ -164,7 +158,7 @@ def _pieces(backend: Any, policy: str, ids: list[int]) -> list[str] | None:
 
 
 @router.get("/dashboard/api/steps/{step_id}", dependencies=[Depends(reader_caller)])
-async def step_detail(step_id: str, state: GatewayState = Depends(State)) -> Response:
+async def step_detail(step_id: str, state: ServiceState = Depends(Service)) -> Response:
     """One step with tokens, decoded pieces, labels, its episode and the episode's other steps.
 
     Text UTF-8 cannot encode (in the step, its episode or a sibling) is served escaped, its paths named
@@ -194,7 +188,7 @@ async def step_detail(step_id: str, state: GatewayState = Depends(State)) -> Res
 
 # -------------------------------------------------------------------------------------- curation
 @router.get("/dashboard/api/count", dependencies=[Depends(reader_caller)])
-async def count(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+async def count(request: Request, state: ServiceState = Depends(Service)) -> dict[str, Any]:
     """Live counts for a filter: matching steps and episodes (capped unless ``exact=true``)."""
     control, f = _split(request)
     exact = control.get("exact", "false").lower() in ("1", "true", "yes")
@@ -214,7 +208,7 @@ async def count(request: Request, state: GatewayState = Depends(State)) -> dict[
 
 
 @router.get("/dashboard/api/curation", dependencies=[Depends(reader_caller)])
-async def curation(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+async def curation(request: Request, state: ServiceState = Depends(Service)) -> dict[str, Any]:
     """The trainer's filter for a policy (what its next lease takes), known values and recent labels."""
     control, f = _split(request, frozenset({"staleness"}))
     policy = f.policy or "default"
@@ -243,7 +237,7 @@ class LabelsIn(BaseModel):
 
 @router.post("/dashboard/api/labels")
 async def add_labels(body: LabelsIn, caller: Caller = Depends(admin_caller),
-                     state: GatewayState = Depends(State)) -> dict[str, Any]:
+                     state: ServiceState = Depends(Service)) -> dict[str, Any]:
     """Label each target; ``exclude: true`` keeps it out of every filter that does not ask for it,
     the trainer's lease included."""
     pool = state.pool
@@ -263,7 +257,7 @@ class ExportIn(BaseModel):
 
 @router.post("/dashboard/api/export")
 async def export(body: ExportIn, caller: Caller = Depends(admin_caller),
-                 state: GatewayState = Depends(State)) -> FileResponse:
+                 state: ServiceState = Depends(Service)) -> FileResponse:
     """The steps matching ``filter`` as a Parquet file (with exact token ids and logprobs by default)."""
     f = parse_filter(body.filter)
     fd, path = tempfile.mkstemp(prefix="swarm-export-", suffix=".parquet")
@@ -279,7 +273,7 @@ async def export(body: ExportIn, caller: Caller = Depends(admin_caller),
 
 
 # -------------------------------------------------------------------------------- prefix merging
-async def _batch_stats(state: GatewayState, dash: DashboardState, lease: dict[str, Any]) -> dict[str, Any]:
+async def _batch_stats(state: ServiceState, dash: DashboardState, lease: dict[str, Any]) -> dict[str, Any]:
     cached = dash.merges.get(lease["lease_id"])
     if cached is not None:
         return cached
@@ -292,7 +286,7 @@ async def _batch_stats(state: GatewayState, dash: DashboardState, lease: dict[st
 
 @router.get("/dashboard/api/merging", dependencies=[Depends(reader_caller)])
 @router.get("/dashboard/api/optimization", dependencies=[Depends(reader_caller)], include_in_schema=False)
-async def merging(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+async def merging(request: Request, state: ServiceState = Depends(Service)) -> dict[str, Any]:
     """Prefix merging: savings per batch (lease) over time, and the prefix tree of one batch or group.
 
     ``/dashboard/api/optimization`` is the same route under the view's former name.
@@ -343,7 +337,7 @@ def _reward_series(vers: list[dict[str, Any]]) -> dict[str, list[tuple[float, fl
 
 
 @router.get("/dashboard/api/consumption", dependencies=[Depends(reader_caller)])
-async def consumption(request: Request, state: GatewayState = Depends(State)) -> dict[str, Any]:
+async def consumption(request: Request, state: ServiceState = Depends(Service)) -> dict[str, Any]:
     """Leases and acks over time, steps consumed per version, staleness, reward per version."""
     dash = _dash(request)
     agg = await state.db(dash.aggregates.current)

@@ -14,26 +14,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from swarm.errors import SwarmError
-from swarm.gateway.auth import Caller
-from swarm.gateway.calls import generate, prepare_chat, replayed, store, stored_call
-from swarm.gateway.errors import ApiError, from_swarm_error
+from swarm.gateway.calls import complete, prepare_chat, replayed, stored_call
 from swarm.gateway.openai_format import chat_chunk, chat_logprobs, chat_message, usage
 from swarm.gateway.schemas import ChatCompletionRequest
 from swarm.gateway.state import GatewayState
-from swarm.gateway.streaming import chat_chunks, open_stream
+from swarm.gateway.streaming import as_api_error, chat_chunks, choice_end, close, open_stream
 from swarm.policy.base import Generation
 from swarm.records import Step
+from swarm.web.auth import Caller
+from swarm.web.errors import ApiError
 
-__all__ = ["ChatRun", "Translator", "run_chat", "as_api_error", "sse_frame", "translated_events", "collect"]
-
-log = logging.getLogger("swarm.gateway")
-
+__all__ = ["ChatRun", "Translator", "run_chat", "sse_frame", "translated_events", "collect"]
 
 @dataclass
 class ChatRun:
@@ -67,38 +62,16 @@ def renamed(err: ApiError, params: dict[str, str]) -> ApiError:
     return err
 
 
-def as_api_error(exc: BaseException) -> ApiError:
-    """Any failure as an :class:`ApiError` (an unexpected one is logged and becomes a 500)."""
-    if isinstance(exc, ApiError):
-        return exc
-    if isinstance(exc, SwarmError):
-        return from_swarm_error(exc)
-    log.error("call failed", exc_info=exc)
-    return ApiError(500, f"internal error: {type(exc).__name__}", type="server_error")
-
-
-def _swarm(s: Step, **extra: Any) -> dict[str, Any]:
-    return {"step_id": s.step_id, "policy_version": s.policy_version, "prefix_consistent": s.prefix_consistent, **extra}
-
-
 async def _result_chunks(cid: str, created: int, model: str, gens: list[Generation], steps: list[Step],
                          logprobs: list[dict[str, Any] | None], replay: bool) -> AsyncIterator[dict[str, Any]]:
     """A finished call as the chunks a stream of it would have sent (text, tool calls, finish, usage)."""
     for i, (g, s) in enumerate(zip(gens, steps, strict=True)):
-        msg = chat_message(g, s.tool_calls)
         yield chat_chunk(cid, created, model, [{"index": i, "delta": {"role": "assistant", "content": ""},
                                                 "logprobs": None, "finish_reason": None}])
-        if msg.get("content") or logprobs[i]:
-            yield chat_chunk(cid, created, model, [{"index": i, "delta": {"content": msg.get("content") or ""},
-                                                    "logprobs": logprobs[i], "finish_reason": None}])
-        if s.tool_calls:
-            calls = [{"index": k, **c} for k, c in enumerate(s.tool_calls)]
-            yield chat_chunk(cid, created, model, [{"index": i, "delta": {"tool_calls": calls}, "logprobs": None,
-                                                    "finish_reason": None}])
-        finish = "tool_calls" if s.tool_calls else ("length" if g.finish_reason == "length" else "stop")
-        yield chat_chunk(cid, created, model, [{"index": i, "delta": {}, "logprobs": None, "finish_reason": finish}],
-                         swarm=_swarm(s, **({"replayed": True} if replay else {})))
-    yield chat_chunk(cid, created, model, [], usage=usage(len(gens[0].prompt_ids), sum(len(g.response_ids) for g in gens)))
+        for chunk in choice_end(cid, created, model, i, chat_message(g, s.tool_calls).get("content") or "",
+                                logprobs[i], g, s, **({"replayed": True} if replay else {})):
+            yield chunk
+    yield chat_chunk(cid, created, model, [], usage=usage(gens))
 
 
 async def run_chat(state: GatewayState, caller: Caller, body: ChatCompletionRequest, *, cid: str, protocol: str,
@@ -137,11 +110,8 @@ async def run_chat(state: GatewayState, caller: Caller, body: ChatCompletionRequ
         first, it = await open_stream(state, plan)
         return ChatRun(cid, plan.created, plan.policy, caller.episode_id, prompt_tokens,
                        chat_chunks(state, plan, first, it))
-    gens = await generate(state, plan)
-    steps = await store(state, plan, gens)
-    if steps[0].metadata.get("call_id") != plan.cid:  # a concurrent repeat stored first: answer with its reply
-        cid = steps[0].metadata.get("call_id", cid)
-        gens = replayed(steps)
+    gens, steps = await complete(state, plan)
+    cid = steps[0].metadata.get("call_id", cid)  # another when a concurrent repeat stored first: its reply
     lps = [chat_logprobs(state.backend, plan.policy, g.response_ids, g.logprobs, g.top_logprobs, g.logprobs_content)
            if plan.want_logprobs else None for g in gens]
     return ChatRun(cid, plan.created, plan.policy, caller.episode_id, prompt_tokens,
@@ -166,9 +136,7 @@ async def translated_events(tr: Translator, run: ChatRun) -> AsyncIterator[bytes
     except Exception as exc:  # headers are out: report in-band
         yield sse_frame(tr.error(as_api_error(exc)))
     finally:
-        aclose = getattr(run.chunks, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await close(run.chunks)
 
 
 async def collect(tr: Translator, run: ChatRun) -> dict[str, Any]:

@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarm.errors import SwarmError
-from swarm.gateway.auth import Caller
-from swarm.gateway.errors import ApiError
 from swarm.gateway.openai_format import new_completion_id, normalize_tool_calls, now_s
 from swarm.gateway.prefix import PromptPlan, normalize_messages, plan_prompt
 from swarm.gateway.schemas import ChatCompletionRequest, CompletionRequest
@@ -29,8 +27,11 @@ from swarm.policy.base import GenerateRequest, Generation, SamplingParams, vocab
 from swarm.policy.toolcalls import TOOL_CALL_OPEN, split_tool_calls
 from swarm.pool.filter import StepFilter
 from swarm.records import Episode, Source, Step, new_id
+from swarm.web.auth import Caller
+from swarm.web.errors import ApiError
 
-__all__ = ["stored_call", "replayed", "CallPlan", "prepare_chat", "prepare_completion", "generate", "store", "finalize"]
+__all__ = ["stored_call", "replayed", "CallPlan", "prepare_chat", "prepare_completion", "generate", "store", "finalize",
+           "complete"]
 
 
 def finalize(gens: list[Generation], tool_calls: bool = True) -> list[Generation]:
@@ -321,3 +322,10 @@ async def store(state: GatewayState, plan: CallPlan, gens: list[Generation]) -> 
         if ident is not None:
             state.remember_call(ident, steps)
     return steps
+
+
+async def complete(state: GatewayState, plan: CallPlan) -> tuple[list[Generation], list[Step]]:
+    """Generate and store a non-streamed call; when a concurrent repeat stored first, its generations and steps."""
+    gens = await generate(state, plan)
+    steps = await store(state, plan, gens)
+    return (gens, steps) if steps[0].metadata.get("call_id") == plan.cid else (replayed(steps), steps)

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from swarm.gateway.settings import is_loopback
+from swarm.web.settings import is_loopback
 
 __all__ = ["HostCheck", "host_name"]
 

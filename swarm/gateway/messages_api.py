@@ -32,8 +32,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from swarm.gateway.bridge import ChatRun
-from swarm.gateway.errors import ApiError, error_body
 from swarm.gateway.schemas import ChatCompletionRequest, _Storable
+from swarm.web.errors import ApiError, error_body
 
 __all__ = ["MessagesRequest", "CountTokensRequest", "to_chat", "MessagesTranslator", "anthropic_error", "error_response", "PARAMS"]
 

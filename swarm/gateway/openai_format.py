@@ -84,9 +84,10 @@ def completion_logprobs(backend: PolicyBackend, policy: str, ids: list[int], lps
     return {"tokens": toks, "token_logprobs": list(lps), "top_logprobs": top, "text_offset": offsets}
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+def usage(gens: list[Generation]) -> dict[str, int]:
+    """OpenAI's ``usage`` of one call: its prompt once, every choice's completion tokens."""
+    prompt, completion = len(gens[0].prompt_ids), sum(len(g.response_ids) for g in gens)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def _finish(gen: Generation, tool_calls: list[dict[str, Any]]) -> str:
@@ -116,7 +117,7 @@ def chat_response(cid: str, created: int, model: str, gens: list[Generation], ca
              "finish_reason": _finish(g, calls[i])}
             for i, g in enumerate(gens)
         ],
-        "usage": usage(len(gens[0].prompt_ids), sum(len(g.response_ids) for g in gens)),
+        "usage": usage(gens),
         "swarm": swarm,
     }
 
@@ -139,7 +140,7 @@ def completion_response(cid: str, created: int, model: str, gens: list[Generatio
              "finish_reason": g.finish_reason if g.finish_reason in ("stop", "length") else "stop"}
             for i, g in enumerate(gens)
         ],
-        "usage": usage(len(gens[0].prompt_ids), sum(len(g.response_ids) for g in gens)),
+        "usage": usage(gens),
         "swarm": swarm,
     }
 

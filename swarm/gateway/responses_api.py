@@ -29,9 +29,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from swarm.gateway.bridge import ChatRun
-from swarm.gateway.errors import ApiError, error_body
 from swarm.gateway.schemas import ChatCompletionRequest, _Storable
 from swarm.records import Step
+from swarm.web.errors import ApiError, error_body
 
 __all__ = ["ResponsesRequest", "to_chat", "history_of", "ResponsesTranslator", "PARAMS", "LOGPROBS_INCLUDE"]
 

@@ -4,7 +4,7 @@ Creating an episode needs the client token when one is configured. Heartbeat / e
 the episode's own key (or the client / admin token). Opens and ends (aborts too) are group-committed
 (:class:`swarm.gateway.batcher.Batcher`): each is answered once the transaction holding it has
 committed. Episodes idle past their ``timeout_s`` are abandoned by the sweep in
-:mod:`swarm.gateway.app`, not here.
+:mod:`swarm.app`, not here.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from swarm.gateway.auth import Caller
-from swarm.gateway.deps import State, any_caller, client_caller
-from swarm.gateway.errors import ApiError
 from swarm.gateway.routes_ingest import min_reward_source
 from swarm.gateway.schemas import EpisodeCreate, EpisodeEnd
-from swarm.gateway.state import GatewayState
+from swarm.gateway.state import GatewayState, State
 from swarm.pool.episodes import EpisodeEnding
 from swarm.pool.rewards import AUTHORITY
 from swarm.records import Episode, EpisodeStatus
+from swarm.web.auth import Caller
+from swarm.web.errors import ApiError
+from swarm.web.state import any_caller, client_caller
 
 __all__ = ["router", "episode_json"]
 

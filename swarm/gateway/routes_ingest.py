@@ -22,14 +22,14 @@ from typing import Any
 from fastapi import APIRouter, Depends
 
 from swarm.errors import NotFoundError
-from swarm.gateway.auth import Caller
-from swarm.gateway.deps import State, any_caller, episode_caller
-from swarm.gateway.errors import ApiError
 from swarm.gateway.schemas import EventIn, FeedbackIn, StepsSubmit, WhiteboxStep
-from swarm.gateway.state import GatewayState
+from swarm.gateway.state import GatewayState, State
 from swarm.policy.base import vocab_size
 from swarm.pool.rewards import RewardOutcome
 from swarm.records import Event, Source, Step
+from swarm.web.auth import Caller
+from swarm.web.errors import ApiError
+from swarm.web.state import any_caller, episode_caller
 
 __all__ = ["router", "min_reward_source", "report_reward"]
 

@@ -16,14 +16,11 @@ from typing import Any
 import pydantic
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from swarm.gateway.auth import Caller
-from swarm.gateway.bridge import as_api_error, collect, run_chat, translated_events
-from swarm.gateway.deps import State, episode_caller
-from swarm.gateway.errors import ApiError, describe_validation
+from swarm.gateway.bridge import collect, run_chat, translated_events
 from swarm.gateway.messages_api import (
     PARAMS,
     CountTokensRequest,
@@ -34,12 +31,13 @@ from swarm.gateway.messages_api import (
 )
 from swarm.gateway.prefix import normalize_messages
 from swarm.gateway.routes_openai import idempotency_key
-from swarm.gateway.state import GatewayState
+from swarm.gateway.state import GatewayState, State
+from swarm.gateway.streaming import as_api_error, sse_response
+from swarm.web.auth import Caller
+from swarm.web.errors import ApiError, describe_validation
+from swarm.web.state import episode_caller
 
 __all__ = ["router", "AnthropicErrors"]
-
-_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
 
 class AnthropicErrors(APIRoute):
     """A route whose errors (auth, body validation and handler errors alike) answer in Anthropic's shape."""
@@ -75,7 +73,7 @@ async def create_message(body: MessagesRequest, request: Request, caller: Caller
                          key=key, params=PARAMS, max_tokens_ceiling=body.max_tokens)
     tr = MessagesTranslator(body, run)
     if body.stream:
-        return StreamingResponse(translated_events(tr, run), media_type="text/event-stream", headers=_SSE_HEADERS)
+        return sse_response(translated_events(tr, run))
     return JSONResponse(await collect(tr, run))
 
 

@@ -13,17 +13,13 @@ also when the first answer was lost (the gateway died after the commit).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
-from swarm.gateway.auth import Caller
-from swarm.gateway.calls import CallPlan, generate, prepare_chat, prepare_completion, replayed, store, stored_call
-from swarm.gateway.deps import State, episode_caller
-from swarm.gateway.errors import ApiError
+from swarm.gateway.calls import complete, prepare_chat, prepare_completion, replayed, stored_call
 from swarm.gateway.openai_format import (
     chat_chunk,
     chat_logprobs,
@@ -35,14 +31,17 @@ from swarm.gateway.openai_format import (
     usage,
 )
 from swarm.gateway.schemas import ChatCompletionRequest, CompletionRequest
-from swarm.gateway.state import GatewayState
-from swarm.gateway.streaming import chat_events, completion_events, open_stream
+from swarm.gateway.state import GatewayState, State
+from swarm.gateway.streaming import chat_chunks, completion_chunks, events, open_stream, sse_response, swarm_fields
+from swarm.records import Step
+from swarm.web.auth import Caller
+from swarm.web.errors import ApiError
+from swarm.web.state import episode_caller
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["openai"])
 
-_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 MAX_IDEMPOTENCY_KEY = 256
 
 
@@ -57,19 +56,12 @@ def idempotency_key(request: Request) -> str | None:
     return key
 
 
-async def _replay(state: GatewayState, caller: Caller, key: str | None, kind: str, stream: bool,
-                  include_usage: bool) -> Any:
-    """The stored answer of an earlier call with this Idempotency-Key, or None."""
-    if key is None or caller.episode_id is None:
-        return None
-    steps = await stored_call(state, caller.episode_id, key, kind)
-    if not steps:
-        return None
-    gens = replayed(steps)
-    first = steps[0]
+def _answer(kind: str, steps: list[Step], stream: bool, include_usage: bool) -> Any:
+    """The answer of a call already stored as ``steps`` (a repeat with its Idempotency-Key), as first sent."""
+    gens, first = replayed(steps), steps[0]
     cid, created, policy = first.metadata.get("call_id", first.step_id), int(first.created_at), first.policy
-    swarm = {"step_id": first.step_id, "step_ids": [s.step_id for s in steps], "policy_version": first.policy_version,
-             "prefix_consistent": first.prefix_consistent, "episode_id": first.episode_id, "replayed": True}
+    swarm = {**swarm_fields(first), "step_ids": [s.step_id for s in steps], "episode_id": first.episode_id,
+             "replayed": True}
     calls = [s.tool_calls for s in steps]
     if kind == "chat":
         body = chat_response(cid, created, policy, gens, calls, [None] * len(gens), swarm)
@@ -78,7 +70,7 @@ async def _replay(state: GatewayState, caller: Caller, key: str | None, kind: st
     if not stream:
         return JSONResponse(body)
 
-    def events() -> Iterator[bytes]:
+    async def chunks() -> AsyncIterator[dict[str, Any]]:
         for i, ch in enumerate(body["choices"]):
             if kind == "chat":
                 delta = chat_message(gens[i], calls[i])
@@ -89,25 +81,40 @@ async def _replay(state: GatewayState, caller: Caller, key: str | None, kind: st
             else:
                 chunk = completion_chunk(cid, created, policy, [{"index": i, "text": ch["text"], "logprobs": None,
                                                                 "finish_reason": ch["finish_reason"]}], swarm=swarm)
-            yield f"data: {json.dumps(chunk)}\n\n".encode()
+            yield chunk
         if include_usage:
-            make = chat_chunk if kind == "chat" else completion_chunk
-            tail = make(cid, created, policy, [], usage=usage(len(gens[0].prompt_ids),
-                                                               sum(len(g.response_ids) for g in gens)))
-            yield f"data: {json.dumps(tail)}\n\n".encode()
-        yield b"data: [DONE]\n\n"
+            yield (chat_chunk if kind == "chat" else completion_chunk)(cid, created, policy, [], usage=usage(gens))
 
-    return StreamingResponse(events(), media_type="text/event-stream", headers=_SSE_HEADERS)
+    return sse_response(events(chunks()))
 
 
-def _swarm(plan: CallPlan, steps: list) -> dict[str, Any]:
-    return {
-        "step_id": steps[0].step_id,
-        "step_ids": [s.step_id for s in steps],
-        "policy_version": steps[0].policy_version,
-        "prefix_consistent": steps[0].prefix_consistent,
-        "episode_id": plan.episode.episode_id,
-    }
+async def _call(kind: str, body: ChatCompletionRequest | CompletionRequest, request: Request, caller: Caller,
+                state: GatewayState) -> Any:
+    """One chat or completion call: a repeat's stored answer, else prepared, generated, stored and answered."""
+    key = idempotency_key(request)
+    usage_too = bool(body.stream_options and body.stream_options.include_usage)
+    if key is not None and caller.episode_id is not None:
+        steps = await stored_call(state, caller.episode_id, key, kind)
+        if steps:
+            return _answer(kind, steps, bool(body.stream), usage_too)
+    chat = kind == "chat"
+    plan = await (prepare_chat(state, caller, body) if chat else prepare_completion(state, caller, body))
+    plan.idempotency_key = key
+    if body.stream:
+        first, it = await open_stream(state, plan)
+        return sse_response(events((chat_chunks if chat else completion_chunks)(state, plan, first, it)))
+    gens, steps = await complete(state, plan)
+    if steps[0].metadata.get("call_id") != plan.cid:  # a concurrent repeat stored first: answer with its reply
+        return _answer(kind, steps, False, usage_too)
+    swarm = {**swarm_fields(steps[0]), "step_ids": [s.step_id for s in steps], "episode_id": plan.episode.episode_id}
+    if chat:
+        lps = [chat_logprobs(state.backend, plan.policy, g.response_ids, g.logprobs, g.top_logprobs,
+                             g.logprobs_content) if plan.want_logprobs else None for g in gens]
+        return JSONResponse(chat_response(plan.cid, plan.created, plan.policy, gens, [s.tool_calls for s in steps],
+                                          lps, swarm))
+    lps = [completion_logprobs(state.backend, plan.policy, g.response_ids, g.logprobs, tops=g.top_logprobs)
+           if plan.want_logprobs else None for g in gens]
+    return JSONResponse(completion_response(plan.cid, plan.created, plan.policy, gens, lps, swarm))
 
 
 @router.get("/v1/models")
@@ -123,50 +130,11 @@ async def list_models(state: GatewayState = Depends(State)) -> dict[str, Any]:
 async def chat_completions(body: ChatCompletionRequest, request: Request, caller: Caller = Depends(episode_caller),
                            state: GatewayState = Depends(State)) -> Any:
     """OpenAI chat completions; ``model`` picks the policy."""
-    key = idempotency_key(request)
-    usage_too = bool(body.stream_options and body.stream_options.include_usage)
-    done = await _replay(state, caller, key, "chat", bool(body.stream), usage_too)
-    if done is not None:
-        return done
-    plan = await prepare_chat(state, caller, body)
-    plan.idempotency_key = key
-    if body.stream:
-        first, it = await open_stream(state, plan)
-        return StreamingResponse(chat_events(state, plan, first, it), media_type="text/event-stream",
-                                 headers=_SSE_HEADERS)
-    gens = await generate(state, plan)
-    steps = await store(state, plan, gens)
-    if steps[0].metadata.get("call_id") != plan.cid:  # a concurrent repeat stored first: answer with its reply
-        first = await _replay(state, caller, key, "chat", False, usage_too)
-        if first is not None:
-            return first
-    lps = [chat_logprobs(state.backend, plan.policy, g.response_ids, g.logprobs, g.top_logprobs, g.logprobs_content)
-           if plan.want_logprobs else None for g in gens]
-    return JSONResponse(chat_response(plan.cid, plan.created, plan.policy, gens, [s.tool_calls for s in steps], lps,
-                                      _swarm(plan, steps)))
+    return await _call("chat", body, request, caller, state)
 
 
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request, caller: Caller = Depends(episode_caller),
                       state: GatewayState = Depends(State)) -> Any:
     """OpenAI (legacy) text completions over one prompt (text or token ids)."""
-    key = idempotency_key(request)
-    usage_too = bool(body.stream_options and body.stream_options.include_usage)
-    done = await _replay(state, caller, key, "completion", bool(body.stream), usage_too)
-    if done is not None:
-        return done
-    plan = await prepare_completion(state, caller, body)
-    plan.idempotency_key = key
-    if body.stream:
-        first, it = await open_stream(state, plan)
-        return StreamingResponse(completion_events(state, plan, first, it), media_type="text/event-stream",
-                                 headers=_SSE_HEADERS)
-    gens = await generate(state, plan)
-    steps = await store(state, plan, gens)
-    if steps[0].metadata.get("call_id") != plan.cid:  # a concurrent repeat stored first: answer with its reply
-        first = await _replay(state, caller, key, "completion", False, usage_too)
-        if first is not None:
-            return first
-    lps = [completion_logprobs(state.backend, plan.policy, g.response_ids, g.logprobs, tops=g.top_logprobs)
-           if plan.want_logprobs else None for g in gens]
-    return JSONResponse(completion_response(plan.cid, plan.created, plan.policy, gens, lps, _swarm(plan, steps)))
+    return await _call("completion", body, request, caller, state)

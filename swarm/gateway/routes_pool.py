@@ -1,6 +1,6 @@
 """Pool read API, leases and labels under ``/v1/pool``.
 
-Every route returns steps in one shape (:func:`step_json`: all :class:`~swarm.records.Step`
+Every route returns steps in one shape (:func:`~swarm.web.pool_json.step_json`: all :class:`~swarm.records.Step`
 fields; ``prompt_ids`` / ``response_ids`` / ``response_logprobs`` are ``null`` unless tokens
 were asked for). Filters are :class:`~swarm.pool.filter.StepFilter`: the same keys in JSON
 bodies and query strings (``metadata`` as a JSON object in the query string). Reads need the
@@ -10,73 +10,26 @@ and labels need the admin token when one is configured (a gateway off loopback a
 
 from __future__ import annotations
 
-import json
-import math
 from typing import Any
 
-import pydantic
-import pydantic_core
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from swarm.gateway.auth import Caller
-from swarm.gateway.deps import State, admin_caller, reader_caller
-from swarm.gateway.errors import ApiError, describe_validation
-from swarm.gateway.limits import MAX_JSON_BYTES, check_json, repair_unicode
 from swarm.gateway.routes_episodes import episode_json
 from swarm.gateway.schemas import AckRequest, LabelIn, LeaseRequest
-from swarm.gateway.state import GatewayState
+from swarm.gateway.state import GatewayState, State
 from swarm.pool.filter import StepFilter
-from swarm.pool.schema import INT32_MAX
-from swarm.records import Step
+from swarm.web.auth import Caller
+from swarm.web.errors import ApiError
+from swarm.web.pool_json import finite, parse_filter, readable_response, split_query, step_json
+from swarm.web.state import admin_caller, reader_caller
 
-__all__ = ["router", "step_json", "parse_filter", "readable_response"]
+__all__ = ["router"]
 
 router = APIRouter(tags=["pool"])
 
-_TOKEN_FIELDS = ("prompt_ids", "response_ids", "response_logprobs")
 _PAGING = {"limit", "offset", "with_tokens", "order"}
 _MAX_LIMIT = 1000
-
-
-def step_json(step: Step, with_tokens: bool) -> dict[str, Any]:
-    d = step.model_dump(mode="json")
-    if not with_tokens:
-        for k in _TOKEN_FIELDS:
-            d[k] = None
-    return d
-
-
-def readable_response(payload: dict[str, Any], rows: str | None = None, id_key: str = "step_id") -> Response:
-    """``payload`` as JSON, even if a stored row holds text UTF-8 cannot encode (defence in depth).
-
-    Serialising costs nothing extra when all is well; otherwise each bad row (of ``payload[rows]``, or
-    the payload itself) is served with its bad text escaped and named under ``unreadable``, and the
-    rest as stored: one bad row never makes a read (or a lease) fail.
-    """
-    try:
-        return _json(payload)
-    except (UnicodeEncodeError, pydantic_core.PydanticSerializationError):
-        pass
-    notes: list[dict[str, Any]] = []
-    if rows is None:
-        payload, paths = repair_unicode(payload)
-        notes.append({id_key: payload.get(id_key), "fields": paths})
-    else:
-        fixed = []
-        for row in payload[rows]:
-            row, paths = repair_unicode(row)
-            if paths:
-                notes.append({id_key: row.get(id_key), "fields": paths})
-            fixed.append(row)
-        payload = {**repair_unicode({k: v for k, v in payload.items() if k != rows})[0], rows: fixed}
-    payload["unreadable"] = notes
-    return _json(payload)
-
-
-def _json(payload: dict[str, Any]) -> Response:
-    # pydantic's encoder, as FastAPI's own responses use: a non-finite float (a -inf logprob) is null, not a 500
-    return Response(pydantic_core.to_json(payload, inf_nan_mode="null"), media_type="application/json")
 
 
 def _filter_params() -> list[dict[str, Any]]:
@@ -101,59 +54,6 @@ def _paging_params(default_tokens: bool = False) -> list[dict[str, Any]]:
         {"name": "offset", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}},
         {"name": "with_tokens", "in": "query", "required": False, "schema": {"type": "boolean", "default": default_tokens}},
     ]
-
-
-def _bounded(value: Any, path: str) -> None:
-    """Numbers the database can bind: finite floats, integers within 64 bits (nested too)."""
-    if isinstance(value, bool) or value is None:
-        return
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ApiError(400, f"{path} must be a finite number", param=path, code="invalid_value")
-    if isinstance(value, int) and not -(2**63) <= value < 2**63:
-        raise ApiError(400, f"{path} is out of the 64-bit integer range", param=path, code="invalid_value")
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _bounded(v, f"{path}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _bounded(v, f"{path}.{i}")
-
-
-def _finite(f: StepFilter) -> StepFilter:
-    """``f`` if the database can bind it: integers that fit a column, strings without NUL, bounded JSON."""
-    for name in StepFilter.model_fields:
-        value = getattr(f, name)
-        _bounded(value, name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > INT32_MAX:
-            raise ApiError(400, f"{name} must be at most {INT32_MAX}", param=name, code="invalid_value")
-        try:  # group_ids: bounded by count (StepFilter), not by the 1 MiB of a free-form field
-            check_json(value, max_bytes=None if name == "group_ids" else MAX_JSON_BYTES)
-        except ValueError as exc:
-            raise ApiError(400, f"{name}: {exc}", param=name, code="invalid_value") from None
-    return f
-
-
-def parse_filter(raw: dict[str, Any]) -> StepFilter:
-    """A StepFilter from JSON or query-string values (a 400 names the bad key)."""
-    data = dict(raw)
-    if isinstance(data.get("metadata"), str):
-        try:
-            data["metadata"] = json.loads(data["metadata"])
-        except ValueError:
-            raise ApiError(400, "metadata must be a JSON object", param="metadata", code="invalid_value") from None
-    try:
-        return _finite(StepFilter.model_validate(data))
-    except pydantic.ValidationError as exc:
-        raise describe_validation(list(exc.errors())) from None
-
-
-def _query(request: Request) -> tuple[dict[str, str], dict[str, Any]]:
-    q = request.query_params
-    dup = [k for k in q.keys() if len(q.getlist(k)) > 1]
-    if dup:
-        raise ApiError(400, f"query parameter {dup[0]!r} is given more than once", param=dup[0])
-    paging = {k: v for k, v in q.items() if k in _PAGING}
-    return paging, {k: v for k, v in q.items() if k not in _PAGING}
 
 
 def _int(paging: dict[str, str], key: str, default: int, hi: int | None = None) -> int:
@@ -189,7 +89,7 @@ async def pool_stats(state: GatewayState = Depends(State),
 async def list_steps(request: Request, state: GatewayState = Depends(State),
                      _: Caller = Depends(reader_caller)) -> dict[str, Any]:
     """Steps matching a filter (query-string keys = StepFilter fields), oldest first."""
-    paging, raw = _query(request)
+    paging, raw = split_query(request, _PAGING)
     f = parse_filter(raw)
     limit, offset = _int(paging, "limit", 100, _MAX_LIMIT), _int(paging, "offset", 0)
     tokens = _bool(paging, "with_tokens", False)
@@ -206,7 +106,7 @@ async def list_steps(request: Request, state: GatewayState = Depends(State),
 async def get_step(step_id: str, request: Request, state: GatewayState = Depends(State),
                    _: Caller = Depends(reader_caller)) -> Response:
     """One step, with token ids and logprobs unless ``with_tokens=false``."""
-    paging, rest = _query(request)
+    paging, rest = split_query(request, _PAGING)
     tokens = _bool(paging, "with_tokens", True)
     step = await state.db(state.pool.get_step, step_id, with_tokens=tokens)
     return readable_response(step_json(step, tokens))
@@ -216,7 +116,7 @@ async def get_step(step_id: str, request: Request, state: GatewayState = Depends
 async def list_episodes(request: Request, state: GatewayState = Depends(State),
                         _: Caller = Depends(reader_caller)) -> dict[str, Any]:
     """Episodes matching a filter (its episode-level keys), oldest first."""
-    paging, raw = _query(request)
+    paging, raw = split_query(request, _PAGING)
     f = parse_filter(raw)
     limit, offset = _int(paging, "limit", 100, _MAX_LIMIT), _int(paging, "offset", 0)
     eps = await state.db(state.pool.query_episodes, f, limit=limit, offset=offset)
@@ -246,7 +146,7 @@ async def create_lease(body: LeaseRequest, caller: Caller = Depends(admin_caller
     """Lease steps for training (with token ids and logprobs); ack after the update, or let it expire."""
     if body.max_steps is None and body.max_groups is None:
         raise ApiError(400, "give max_steps and/or max_groups", param="max_steps", code="invalid_value")
-    f = _finite(body.filter)
+    f = finite(body.filter)
     lease = await state.write(state.pool.lease, f, max_steps=body.max_steps, max_groups=body.max_groups,
                            ttl_s=body.ttl_s)
     try:  # the lease stands only once its answer is built: else its steps would stay held until the TTL

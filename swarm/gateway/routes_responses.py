@@ -14,23 +14,21 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from swarm.errors import NotFoundError
-from swarm.gateway.auth import Caller
 from swarm.gateway.bridge import collect, run_chat, translated_events
-from swarm.gateway.deps import State, episode_caller
-from swarm.gateway.errors import ApiError
 from swarm.gateway.responses_api import PARAMS, ResponsesRequest, ResponsesTranslator, history_of, to_chat
 from swarm.gateway.routes_openai import idempotency_key
-from swarm.gateway.state import GatewayState
+from swarm.gateway.state import GatewayState, State
+from swarm.gateway.streaming import sse_response
+from swarm.web.auth import Caller
+from swarm.web.errors import ApiError
+from swarm.web.state import episode_caller
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["openai"])
-
-_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
 
 def _metadata(body: ResponsesRequest) -> dict[str, Any]:
     """What each step records about the request beyond the chat call (whether instructions made its system message)."""
@@ -60,5 +58,5 @@ async def create_response(body: ResponsesRequest, request: Request, caller: Call
                          key=key, params=PARAMS, metadata=_metadata(body))
     tr = ResponsesTranslator(body, run)
     if body.stream:
-        return StreamingResponse(translated_events(tr, run), media_type="text/event-stream", headers=_SSE_HEADERS)
+        return sse_response(translated_events(tr, run))
     return JSONResponse(await collect(tr, run))

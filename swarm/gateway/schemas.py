@@ -4,7 +4,7 @@ OpenAI-compatible bodies accept unknown top-level fields (frameworks send ``extr
 ``user``, penalties ...) but refuse known fields of the wrong type. Messages keep whatever keys a
 client sends (``name`` on any role, provider extras). Numbers are finite: NaN and infinities are
 refused everywhere. Every string, id, integer and free-form JSON value that is stored is sized
-to its pool column and free of NUL (:mod:`swarm.gateway.limits`), so an accepted body is a storable
+to its pool column and free of NUL (:mod:`swarm.web.limits`), so an accepted body is a storable
 one on SQLite and PostgreSQL alike. Only shapes are checked here; limits that depend on the served
 model or on settings (context, vocabulary, max_tokens cap, n cap) are checked by the routes.
 """
@@ -15,9 +15,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from swarm.gateway.limits import FreeJSON, Id, Int32, ModelJSONList, ModelText, Name, Task, Text, check_json
 from swarm.pool.filter import StepFilter
 from swarm.records import EpisodeType
+from swarm.web.limits import FreeJSON, Id, Int32, ModelJSONList, ModelText, Name, Task, Text, check_json
 
 __all__ = [
     "ChatMessage", "ChatCompletionRequest", "CompletionRequest", "EpisodeCreate", "EpisodeEnd",

@@ -1,9 +1,8 @@
-"""GatewayState: what every route needs (pool, backend, settings, key signer), plus auth checks.
+"""GatewayState: the shared :class:`~swarm.web.state.ServiceState` plus the gateway's episode write path.
 
-One instance per app, stored on ``app.state.gateway``; routes get it with :func:`get_state`.
-Pool calls are blocking (SQLAlchemy), so routes run them through :meth:`GatewayState.db` on a
-worker thread. Per-episode locks serialize step *storage* (index assignment) within this
-process, not generation: two calls of one episode still generate concurrently.
+One instance per app, stored on ``app.state.gateway``; gateway routes get it with :func:`State`.
+Per-episode locks serialize step *storage* (index assignment) within this process, not generation:
+two calls of one episode still generate concurrently.
 """
 
 from __future__ import annotations
@@ -12,39 +11,30 @@ import asyncio
 import functools
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any, TypeVar
 
-import anyio.to_thread
 from fastapi import Request
 
-from swarm.gateway.auth import KEY_PREFIX, Caller, KeySigner, bearer_token, token_matches
 from swarm.gateway.batcher import Batcher
 from swarm.gateway.episodes import OpenEpisodes
-from swarm.gateway.errors import ApiError
-from swarm.gateway.settings import GatewaySettings
 from swarm.policy.base import PolicyBackend
 from swarm.pool import Pool
 from swarm.pool.episodes import EpisodeEnding
 from swarm.pool.heads import EpisodeHead
 from swarm.records import Episode, EpisodeStatus, Step
+from swarm.web.auth import Caller
+from swarm.web.errors import ApiError
+from swarm.web.settings import GatewaySettings
+from swarm.web.state import ServiceState
 
-__all__ = ["GatewayState", "get_state"]
-
-T = TypeVar("T")
-INLINE_CHARS = 4096  # see GatewayState.cpu
+__all__ = ["GatewayState", "State"]
 
 
-class GatewayState:
+class GatewayState(ServiceState):
+    """The service state with open-episode heads, group-commit writers and per-episode locks."""
+
     def __init__(self, pool: Pool, backend: PolicyBackend, settings: GatewaySettings) -> None:
-        self.pool = pool
-        self.backend = backend
-        self.settings = settings
-        self.signer = KeySigner(settings.secret)
+        super().__init__(pool, backend, settings)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-        # SQLite has one writer at a time and its busy handler sleeps with backoff (up to 100 ms)
-        # while it waits: queueing our own writers here instead keeps p99 and throughput sane.
-        self._write_gate = asyncio.Lock() if getattr(pool, "dialect", None) == "sqlite" else None
         self.episodes = OpenEpisodes(pool, self.db)
         # group commit: concurrent calls' steps, episode opens and episode ends each go to the pool
         # in one transaction per batch
@@ -65,124 +55,12 @@ class GatewayState:
         await self.write(self.pool.add_steps, [s for steps in calls for s in steps], append=True)
         return [None] * len(calls)
 
-    async def db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking pool call on a worker thread."""
-        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
-
-    async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking pool *write* on a worker thread (one at a time per process on SQLite)."""
-        if self._write_gate is None:
-            return await self.db(fn, *args, **kwargs)
-        async with self._write_gate:
-            return await self.db(fn, *args, **kwargs)
-
-    async def cpu(self, fn: Callable[..., T], *args: Any, chars: int | None = None, **kwargs: Any) -> T:
-        """Run tokenizer / template work off the event loop, or on it when ``chars`` of text is small.
-
-        A thread hop costs more CPU than templating and tokenizing a short chat (a few hundred
-        microseconds under load, most of it waiting for the GIL), so work over fewer than
-        ``INLINE_CHARS`` characters runs right here.
-        """
-        if chars is not None and chars < INLINE_CHARS:
-            return fn(*args, **kwargs)
-        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
-
     def episode_lock(self, episode_id: str) -> asyncio.Lock:
         lock = self._locks.get(episode_id)
         if lock is None:
             lock = asyncio.Lock()
             self._locks[episode_id] = lock
         return lock
-
-    def base_url(self, request: Request) -> str:
-        base = self.settings.base_url or str(request.base_url).rstrip("/")
-        return base + "/v1"
-
-    # ------------------------------------------------------------------ credentials
-    def _service(self, token: str | None) -> Caller | None:
-        s = self.settings
-        if token_matches(token, s.admin_token):
-            return Caller(service=True, admin=True)
-        if token_matches(token, s.client_token):
-            return Caller(service=True)
-        return None
-
-    def _episode_key(self, token: str) -> Caller:
-        episode_id = self.signer.verify(token)
-        if episode_id is None:
-            raise ApiError(401, "invalid api key (forged, corrupted or issued under another secret)",
-                           code="invalid_api_key")
-        return Caller(episode_id=episode_id)
-
-    def episode_caller(self, request: Request) -> Caller:
-        """An episode api key is required (chat, completions, white-box steps)."""
-        token = bearer_token(request)
-        if not token:
-            raise ApiError(401, "missing api key: send 'Authorization: Bearer <episode api key>' "
-                           "(from POST /v1/episodes)", code="missing_api_key")
-        if not token.startswith(KEY_PREFIX):
-            raise ApiError(401, "invalid api key: expected an episode key from POST /v1/episodes",
-                           code="invalid_api_key")
-        return self._episode_key(token)
-
-    def client_caller(self, request: Request) -> Caller:
-        """The client token when one is configured (episode creation); open otherwise."""
-        token = bearer_token(request)
-        caller = self._service(token)
-        if caller is not None:
-            return caller
-        if self.settings.client_token is None:
-            return Caller(service=True)
-        raise ApiError(401, "this gateway requires the client token (SWARM_CLIENT_TOKEN) as bearer token",
-                       code="invalid_client_token")
-
-    def any_caller(self, request: Request) -> Caller:
-        """An episode key, or a configured client/admin token: never open, whatever is configured."""
-        token = bearer_token(request)
-        if token and token.startswith(KEY_PREFIX):
-            return self._episode_key(token)
-        caller = self._service(token)
-        if caller is not None:
-            return caller
-        raise ApiError(401, "this route needs the episode's api key (or a configured client / admin token)",
-                       code="missing_api_key" if not token else "invalid_api_key")
-
-    def sync_caller(self, request: Request) -> Caller:
-        """``/v1/sync*``: open only when no token is configured; else an episode key or a client / admin token."""
-        s = self.settings
-        token = bearer_token(request)
-        if s.admin_token is None and s.client_token is None:
-            return Caller(service=True)
-        if token and token.startswith(KEY_PREFIX):
-            return self._episode_key(token)
-        caller = self._service(token)
-        if caller is not None:
-            return caller
-        raise ApiError(401, "this gateway has tokens configured: /v1/sync needs an episode api key or the client / "
-                       "admin token", code="missing_api_key" if not token else "invalid_api_key")
-
-    def reader_caller(self, request: Request) -> Caller:
-        """Pool reads: the admin token when one is set, else the client token when set; open otherwise."""
-        s = self.settings
-        token = bearer_token(request)
-        if s.admin_token is None and s.client_token is None:
-            return Caller(service=True, admin=True)
-        caller = self._service(token)
-        if caller is not None and (caller.admin or s.admin_token is None):
-            return caller
-        raise ApiError(401 if not token else 403, "reading pool data requires the "
-                       + ("admin token (SWARM_ADMIN_TOKEN)" if s.admin_token else "client token (SWARM_CLIENT_TOKEN)"),
-                       code="read_token_required")
-
-    def admin_caller(self, request: Request) -> Caller:
-        """The admin token when one is configured (leases, labels); open otherwise."""
-        token = bearer_token(request)
-        if self.settings.admin_token is None:
-            return Caller(service=True, admin=True)
-        if token_matches(token, self.settings.admin_token):
-            return Caller(service=True, admin=True)
-        raise ApiError(401 if not token else 403, "this route requires the admin token (SWARM_ADMIN_TOKEN)",
-                       code="admin_token_required")
 
     async def open_episode(self, caller: Caller) -> Episode:
         """The caller's episode, which must exist in this pool and still be open."""
@@ -203,5 +81,5 @@ class GatewayState:
         return head
 
 
-def get_state(request: Request) -> GatewayState:
+async def State(request: Request) -> GatewayState:  # noqa: N802 - reads as a type in signatures
     return request.app.state.gateway

@@ -9,36 +9,56 @@ With tools, text from a tool-call marker (``<tool_call>``) on is held back, and 
 whitespace, because the backend parses tool calls out of the text only at the end: the streamed
 content then equals the final content and the calls arrive as one ``tool_calls`` delta. An
 error after the first chunk is sent as an SSE ``{"error": ...}`` event (the status is already
-200). This module does not retry or buffer whole responses.
+200). :func:`sampled` is the one scaffold of every stream (``/v1/chat/completions``, ``/v1/completions``
+and, through :mod:`swarm.gateway.bridge`, ``/v1/responses`` and ``/v1/messages``): collect the backend's
+items, check one generation per choice, finalize, store; :func:`open_stream` opens and :func:`close` closes
+the backend's stream. This module does not retry or buffer whole responses.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
+
+from fastapi.responses import StreamingResponse
 
 from swarm.errors import SwarmError
 from swarm.gateway.calls import CallPlan, finalize, store
-from swarm.gateway.errors import ApiError, error_body, from_swarm_error
-from swarm.gateway.openai_format import (
-    chat_chunk,
-    chat_logprobs,
-    completion_chunk,
-    completion_logprobs,
-    usage,
-)
+from swarm.gateway.openai_format import chat_chunk, chat_logprobs, completion_chunk, completion_logprobs, usage
 from swarm.gateway.state import GatewayState
 from swarm.policy.base import Generation, TokenDelta
+from swarm.records import Step
+from swarm.web.errors import ApiError, error_body, from_swarm_error
 
-__all__ = ["open_stream", "chat_events", "chat_chunks", "completion_events", "Holdback"]
+__all__ = ["SSE_HEADERS", "sse_response", "as_api_error", "swarm_fields", "open_stream", "sampled", "close",
+           "events", "chat_chunks", "choice_end", "completion_chunks", "Holdback"]
 
 log = logging.getLogger("swarm.gateway")
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def _sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def sse_response(events: AsyncIterator[bytes] | Iterator[bytes]) -> StreamingResponse:
+    """``events`` as a ``text/event-stream`` response that no cache or proxy holds back."""
+    return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+def as_api_error(exc: BaseException) -> ApiError:
+    """Any failure as an :class:`ApiError` (an unexpected one is logged and becomes a 500)."""
+    if isinstance(exc, SwarmError):
+        return from_swarm_error(exc)
+    log.error("call failed", exc_info=exc)
+    return ApiError(500, f"internal error: {type(exc).__name__}", type="server_error")
+
+
+def swarm_fields(s: Step, **extra: Any) -> dict[str, Any]:
+    """The ``swarm`` object of a response or closing chunk: which step recorded the choice."""
+    return {"step_id": s.step_id, "policy_version": s.policy_version, "prefix_consistent": s.prefix_consistent, **extra}
 
 
 class Holdback:
@@ -75,7 +95,7 @@ async def open_stream(state: GatewayState, plan: CallPlan) -> tuple[Any, AsyncIt
         first = await it.__anext__()
     except StopAsyncIteration:
         raise ApiError(502, "the inference backend returned no completion", type="backend_error") from None
-    except (SwarmError, ApiError):
+    except SwarmError:
         raise
     except Exception as exc:
         raise ApiError(502, f"the inference backend failed: {type(exc).__name__}: {exc}",
@@ -89,22 +109,27 @@ async def _items(first: Any, it: AsyncIterator[Any]) -> AsyncIterator[Any]:
         yield item
 
 
-def _error_event(exc: BaseException) -> bytes:
-    if isinstance(exc, ApiError):
-        return _sse(error_body(exc.message, exc.type, exc.param, exc.code))
-    if isinstance(exc, SwarmError):
-        e = from_swarm_error(exc)
-        return _sse(error_body(e.message, e.type, e.param, e.code))
-    log.exception("stream failed", exc_info=exc)
-    return _sse(error_body(f"stream failed: {type(exc).__name__}", "server_error"))
+async def sampled(state: GatewayState, plan: CallPlan, first: Any,
+                  it: AsyncIterator[Any]) -> AsyncIterator[TokenDelta | tuple[list[Generation], list[Step]]]:
+    """The backend's token deltas as they come, then ``(generations, steps)`` once every choice is stored.
+
+    The generations are finalized (:func:`~swarm.gateway.calls.finalize`) and stored before the last item, so
+    whatever the caller sends after it is acknowledged; the caller closes ``it`` (:func:`close`).
+    """
+    gens: list[Generation] = []
+    async for item in _items(first, it):
+        if isinstance(item, TokenDelta):
+            yield item
+        elif isinstance(item, Generation):
+            gens.append(item)
+    if len(gens) != plan.request.sampling.n:
+        raise ApiError(502, f"the backend finished {len(gens)} of {plan.request.sampling.n} samples",
+                       type="backend_error")
+    gens = finalize(gens, plan.tool_calls)
+    yield gens, await store(state, plan, gens)
 
 
-def _swarm(steps: list, i: int) -> dict[str, Any]:
-    s = steps[i]
-    return {"step_id": s.step_id, "policy_version": s.policy_version, "prefix_consistent": s.prefix_consistent}
-
-
-async def _close(it: AsyncIterator[Any]) -> None:
+async def close(it: AsyncIterator[Any]) -> None:
     """Close the backend's stream (stops sampling for a client that went away)."""
     aclose = getattr(it, "aclose", None)
     if aclose is not None:
@@ -114,17 +139,32 @@ async def _close(it: AsyncIterator[Any]) -> None:
             log.debug("backend stream close failed", exc_info=True)
 
 
-async def chat_events(state: GatewayState, plan: CallPlan, first: Any, it: AsyncIterator[Any]) -> AsyncIterator[bytes]:
-    """The chat stream as SSE bytes: :func:`chat_chunks`, then ``[DONE]``; a failure is an in-band error event."""
-    chunks = chat_chunks(state, plan, first, it)
+async def events(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """OpenAI chunks as SSE bytes, then ``[DONE]``; a failure is an in-band error event (headers are out)."""
     try:
         async for chunk in chunks:
             yield _sse(chunk)
         yield b"data: [DONE]\n\n"
     except Exception as exc:  # headers are out: report in-band
-        yield _error_event(exc)
+        e = as_api_error(exc)
+        yield _sse(error_body(e.message, e.type, e.param, e.code))
     finally:
-        await chunks.aclose()
+        await close(chunks)
+
+
+def choice_end(cid: str, created: int, model: str, i: int, text: str, logprobs: dict[str, Any] | None,
+               g: Generation, s: Step, **swarm: Any) -> Iterator[dict[str, Any]]:
+    """The closing chunks of choice ``i``: content not streamed yet, its tool calls, its finish with ``swarm``."""
+    if text or logprobs:
+        yield chat_chunk(cid, created, model, [{"index": i, "delta": {"content": text}, "logprobs": logprobs,
+                                                "finish_reason": None}])
+    if s.tool_calls:
+        calls = [{"index": k, **c} for k, c in enumerate(s.tool_calls)]
+        yield chat_chunk(cid, created, model, [{"index": i, "delta": {"tool_calls": calls}, "logprobs": None,
+                                                "finish_reason": None}])
+    finish = "tool_calls" if s.tool_calls else ("length" if g.finish_reason == "length" else "stop")
+    yield chat_chunk(cid, created, model, [{"index": i, "delta": {}, "logprobs": None, "finish_reason": finish}],
+                     swarm=swarm_fields(s, **swarm))
 
 
 async def chat_chunks(state: GatewayState, plan: CallPlan, first: Any, it: AsyncIterator[Any]) -> AsyncIterator[dict]:
@@ -136,12 +176,11 @@ async def chat_chunks(state: GatewayState, plan: CallPlan, first: Any, it: Async
     own = getattr(state.backend, "tool_call_markers", None)  # the policy's tool parser (model.tool_parser)
     markers = (state.settings.tool_call_markers + (tuple(own(plan.policy)) if own else ())) if plan.request.tools else ()
     holds = [Holdback(markers) for _ in range(n)]
-    gens: list[Generation] = []
     try:
         for i in range(n):
             yield chat_chunk(cid, created, model, [
                 {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}])
-        async for item in _items(first, it):
+        async for item in sampled(state, plan, first, it):
             if isinstance(item, TokenDelta):
                 text = holds[item.index].push(item.text) if 0 <= item.index < n else ""
                 lp = (chat_logprobs(state.backend, model, item.token_ids, item.logprobs, item.top_logprobs,
@@ -149,63 +188,41 @@ async def chat_chunks(state: GatewayState, plan: CallPlan, first: Any, it: Async
                 if text or lp:
                     yield chat_chunk(cid, created, model, [
                         {"index": item.index, "delta": {"content": text}, "logprobs": lp, "finish_reason": None}])
-            elif isinstance(item, Generation):
-                gens.append(item)
-        if len(gens) != n:
-            raise ApiError(502, f"the backend finished {len(gens)} of {n} samples", type="backend_error")
-        gens = finalize(gens, plan.tool_calls)
-        steps = await store(state, plan, gens)
-        for i, (g, s) in enumerate(zip(gens, steps, strict=True)):
-            content = g.text or ""
-            sent = holds[i].sent
-            rest = content[len(sent):] if content.startswith(sent) else ""
-            if rest:
-                yield chat_chunk(cid, created, model, [
-                    {"index": i, "delta": {"content": rest}, "logprobs": None, "finish_reason": None}])
-            if s.tool_calls:
-                calls = [{"index": k, **c} for k, c in enumerate(s.tool_calls)]
-                yield chat_chunk(cid, created, model, [
-                    {"index": i, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}])
-            finish = "tool_calls" if s.tool_calls else (g.finish_reason if g.finish_reason == "length" else "stop")
-            yield chat_chunk(cid, created, model, [
-                {"index": i, "delta": {}, "logprobs": None, "finish_reason": finish}], swarm=_swarm(steps, i))
-        if plan.include_usage:
-            yield chat_chunk(cid, created, model, [],
-                             usage=usage(len(gens[0].prompt_ids), sum(len(g.response_ids) for g in gens)))
+                continue
+            gens, steps = item
+            for i, (g, s) in enumerate(zip(gens, steps, strict=True)):
+                content, sent = g.text or "", holds[i].sent
+                for chunk in choice_end(cid, created, model, i, content[len(sent):] if content.startswith(sent)
+                                        else "", None, g, s):
+                    yield chunk
+            if plan.include_usage:
+                yield chat_chunk(cid, created, model, [], usage=usage(gens))
     finally:
-        await _close(it)
+        await close(it)
 
 
-async def completion_events(state: GatewayState, plan: CallPlan, first: Any,
-                            it: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+async def completion_chunks(state: GatewayState, plan: CallPlan, first: Any,
+                            it: AsyncIterator[Any]) -> AsyncIterator[dict]:
+    """Text completion chunks (dicts) as the backend samples; the steps are stored before the closing chunks."""
     cid, created, model, n = plan.cid, plan.created, plan.policy, plan.request.sampling.n
-    gens: list[Generation] = []
     sent = [""] * n
     try:
-        async for item in _items(first, it):
+        async for item in sampled(state, plan, first, it):
             if isinstance(item, TokenDelta):
                 lp = (completion_logprobs(state.backend, model, item.token_ids, item.logprobs,
                                           tops=item.top_logprobs) if plan.want_logprobs else None)
                 if 0 <= item.index < n:
                     sent[item.index] += item.text
                 if item.text or lp:
-                    yield _sse(completion_chunk(cid, created, model, [
-                        {"index": item.index, "text": item.text, "logprobs": lp, "finish_reason": None}]))
-            elif isinstance(item, Generation):
-                gens.append(item)
-        if len(gens) != n:
-            raise ApiError(502, f"the backend finished {len(gens)} of {n} samples", type="backend_error")
-        steps = await store(state, plan, gens)
-        for i, g in enumerate(gens):
-            rest = g.text[len(sent[i]):] if g.text.startswith(sent[i]) else ""
-            yield _sse(completion_chunk(cid, created, model, [
-                {"index": i, "text": rest, "logprobs": None,
-                 "finish_reason": "length" if g.finish_reason == "length" else "stop"}], swarm=_swarm(steps, i)))
-        if plan.include_usage:
-            yield _sse(completion_chunk(cid, created, model, [],
-                                        usage=usage(len(gens[0].prompt_ids), sum(len(g.response_ids) for g in gens))))
-        yield b"data: [DONE]\n\n"
-    except Exception as exc:  # headers are out: report in-band
-        yield _error_event(exc)
+                    yield completion_chunk(cid, created, model, [
+                        {"index": item.index, "text": item.text, "logprobs": lp, "finish_reason": None}])
+                continue
+            gens, steps = item
+            for i, (g, s) in enumerate(zip(gens, steps, strict=True)):
+                yield completion_chunk(cid, created, model, [
+                    {"index": i, "text": g.text[len(sent[i]):] if g.text.startswith(sent[i]) else "", "logprobs": None,
+                     "finish_reason": "length" if g.finish_reason == "length" else "stop"}], swarm=swarm_fields(s))
+            if plan.include_usage:
+                yield completion_chunk(cid, created, model, [], usage=usage(gens))
     finally:
-        await _close(it)
+        await close(it)

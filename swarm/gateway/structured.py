@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from swarm.errors import ValidationError
-from swarm.gateway.errors import ApiError
 from swarm.gateway.state import GatewayState
 from swarm.policy.constraint import Constraint, request_constraint
+from swarm.web.errors import ApiError
 
 __all__ = ["chat_constraint", "completion_constraint", "compile_constraint", "top_logprobs", "tool_parser"]
 

@@ -14,10 +14,10 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict
 
-from swarm.gateway.auth import Caller
-from swarm.gateway.deps import State, sync_caller
-from swarm.gateway.limits import Id
-from swarm.gateway.state import GatewayState
+from swarm.gateway.state import GatewayState, State
+from swarm.web.auth import Caller
+from swarm.web.limits import Id
+from swarm.web.state import sync_caller
 
 __all__ = ["router"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from swarm.gateway import GatewaySettings, create_app
+from swarm.app import GatewaySettings, create_app
 from swarm.policy.echo import EchoBackend
 from swarm.pool import Pool
 from swarm.records import Episode, Step

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import experiments.cocktail as cocktail
+from swarm.app import GatewaySettings, create_app
 from swarm.client.worker import WorkerConfig, run_worker
-from swarm.gateway import GatewaySettings, create_app
 from swarm.policy.echo import EchoBackend
 from swarm.pool import Pool
 from swarm.pool.filter import StepFilter

@@ -16,8 +16,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pool]]:
     pytest.importorskip("gguf", reason="model=smollm2 needs the gguf package (make setup installs it)")
+    from swarm.app import GatewaySettings, create_app
     from swarm.errors import ValidationError
-    from swarm.gateway import GatewaySettings, create_app
     from swarm.policy.gguf import ensure_gguf_model
     from swarm.policy.hf import HFBackend
     from swarm.stack import ServerThread

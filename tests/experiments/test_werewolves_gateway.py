@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from swarm.app import GatewaySettings, create_app
 from swarm.client.worker import WorkerConfig, run_worker
-from swarm.gateway import GatewaySettings, create_app
 from swarm.policy.echo import EchoBackend
 from swarm.pool import Pool
 from swarm.pool.filter import StepFilter

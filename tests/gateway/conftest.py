@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from swarm.gateway import GatewaySettings, create_app
+from swarm.app import GatewaySettings, create_app
 from swarm.policy.echo import EchoBackend
 from swarm.pool import Pool
 from swarm.stack import ServerThread

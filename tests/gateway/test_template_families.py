@@ -17,8 +17,8 @@ import openai
 import pytest
 from chat_checks import assert_prefix_chain, streamed_message
 
+from swarm.app import GatewaySettings, create_app
 from swarm.client.worker import WorkerConfig, run_worker
-from swarm.gateway import GatewaySettings, create_app
 from swarm.policy.echo import EchoBackend
 from swarm.policy.toolcalls import get_tool_parser
 from swarm.pool import Pool, StepFilter

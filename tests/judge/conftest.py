@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+from swarm.app import GatewaySettings, create_app
 from swarm.client import SwarmClient
-from swarm.gateway import GatewaySettings, create_app
 from swarm.policy.echo import EchoBackend
 from swarm.policy.router import PolicyRouter
 from swarm.policy.upstream import UpstreamBackend

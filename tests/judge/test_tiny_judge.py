@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from swarm.app import GatewaySettings, create_app
 from swarm.client import SwarmClient
-from swarm.gateway import GatewaySettings, create_app
 from swarm.judge import GroupJudge, JudgeSpec
 from swarm.policy.hf import HFBackend
 from swarm.pool import Pool, StepFilter

@@ -47,7 +47,7 @@ def smollm2_path() -> Path:
 
 @pytest.fixture(scope="module")
 def served(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from swarm.gateway import GatewaySettings, create_app
+    from swarm.app import GatewaySettings, create_app
     from swarm.policy.hf import HFBackend
     from swarm.stack import ServerThread
 

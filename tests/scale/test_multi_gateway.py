@@ -11,7 +11,7 @@ import httpx
 import pytest
 from scale_helpers import GatewayProcess, start_gateway
 
-from swarm.gateway import GatewaySettings, create_app
+from swarm.app import GatewaySettings, create_app
 from swarm.policy.echo import EchoBackend
 from swarm.pool import Pool, StepFilter
 from swarm.stack import ServerThread

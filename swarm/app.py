@@ -1,6 +1,7 @@
-"""The gateway's FastAPI app: ``create_app(pool, backend, settings)``.
+"""The FastAPI app: ``create_app(pool, backend, settings)``, the gateway's routes with the dashboard mounted.
 
-Wires the routers, OpenAI-shaped error handlers, the Host check of a gateway without tokens
+Assembled here, above :mod:`swarm.gateway` and :mod:`swarm.dashboard`, so that neither imports the
+other. Wires the routers, OpenAI-shaped error handlers, the Host check of a gateway without tokens
 (:mod:`swarm.gateway.hosts`), the request body limit and the background
 sweep that abandons open episodes idle past their ``timeout_s``. Serving (uvicorn, host, port)
 is the caller's business: see ``flows/serve.py``. Nothing here reads config files or env vars.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -28,15 +30,14 @@ from swarm.gateway import (
     routes_responses,
     sync,
 )
-from swarm.gateway.deps import State
-from swarm.gateway.errors import install_error_handlers
 from swarm.gateway.hosts import HostCheck, host_name
-from swarm.gateway.settings import GatewaySettings
-from swarm.gateway.state import GatewayState
+from swarm.gateway.state import GatewayState, State
 from swarm.policy.base import PolicyBackend
 from swarm.pool import Pool
+from swarm.web.errors import error_body, install_error_handlers
+from swarm.web.settings import GatewaySettings
 
-__all__ = ["create_app", "BodyLimit"]
+__all__ = ["create_app", "BodyLimit", "GatewaySettings"]
 
 log = logging.getLogger("swarm.gateway")
 
@@ -82,10 +83,7 @@ class BodyLimit:
 
     @staticmethod
     async def _refuse(send: Send, status: int, message: str, code: str) -> None:
-        import json
-
-        body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
-                                     "code": code}}).encode()
+        body = json.dumps(error_body(message, "invalid_request_error", code=code)).encode()
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})
@@ -104,7 +102,7 @@ async def _sweep(state: GatewayState) -> None:
 
 
 def create_app(pool: Pool, backend: PolicyBackend, settings: GatewaySettings | None = None) -> FastAPI:
-    """The gateway app over ``pool`` and ``backend``."""
+    """The app over ``pool`` and ``backend``: gateway routes, the dashboard, error handlers and middleware."""
     settings = settings or GatewaySettings()
     state = GatewayState(pool, backend, settings)
 

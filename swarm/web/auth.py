@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from swarm.gateway.errors import ApiError
+from swarm.web.errors import ApiError
 
 __all__ = ["KeySigner", "KEY_PREFIX", "bearer_token", "token_matches", "Caller"]
 

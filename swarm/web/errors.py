@@ -37,17 +37,16 @@ _TYPES = {
 }
 
 
-class ApiError(Exception):
-    """A request the gateway refuses, with its HTTP status and OpenAI error fields."""
+class ApiError(SwarmError):
+    """A request the app refuses, with its HTTP status and OpenAI error fields (a :class:`SwarmError`)."""
 
     def __init__(self, status: int, message: str, *, code: str | None = None, param: str | None = None,
                  type: str | None = None) -> None:  # noqa: A002 - OpenAI's field name
         super().__init__(message)
-        self.status = status
-        self.message = message
+        self.status = self.status_code = status
         self.code = code
         self.param = param
-        self.type = type or _TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
+        self.type = self.error_type = type or _TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
 
 
 def _printable(text: str | None) -> str | None:
@@ -67,6 +66,9 @@ def error_response(err: ApiError) -> JSONResponse:
 
 
 def from_swarm_error(exc: SwarmError) -> ApiError:
+    """The HTTP answer to a swarm error: itself for an :class:`ApiError`, else its status, type and context."""
+    if isinstance(exc, ApiError):
+        return exc
     status = exc.status_code if 400 <= exc.status_code < 600 else 400
     if isinstance(exc, ValidationError):
         status = 400  # OpenAI answers invalid requests with 400, whoever noticed
