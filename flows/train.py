@@ -24,15 +24,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from flows.config import (
-    ConfigError,
-    RunConfig,
-    check_pool_url,
-    check_task,
-    make_train_config,
-    unknown_key_hint,
-    validate,
-)
+from flows.config import ConfigError, HFModel, RunConfig, check_pool_url, check_task, unknown_key_hint, validate
 
 __all__ = ["main", "cli_config"]  # train_flow, run_update, follow_flow: lazily from flows.run
 
@@ -110,19 +102,18 @@ def cli_config(cfg: DictConfig, overrides: list[str]) -> RunConfig:
     """The validated RunConfig of a composed Hydra config (ConfigError: one line naming the key)."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
-    run = validate(resolved, overrides)
-    make_train_config(run.algo, run.task.temperature, pad_id=0)  # algo's values, checked before any torch import
+    run: RunConfig = validate(resolved, overrides)
     check_task(run.task, run.runner)
-    if run.model.get("gguf"):  # the GGUF file (or the package that ships it) exists: a config error, not a traceback
+    if isinstance(run.model, HFModel) and run.model.gguf:  # the GGUF file (or its package) exists: not a traceback
         from swarm.errors import ValidationError
         from swarm.policy.gguf import resolve_gguf
 
         try:
-            resolve_gguf(str(run.model["gguf"]))
+            resolve_gguf(run.model.gguf)
         except ValidationError as exc:
             raise ConfigError(str(exc)) from None
     if not os.environ.get("SWARM_POOL_URL"):
-        check_pool_url(str(run.pool.get("url", "")))
+        check_pool_url(run.pool.url)
     return run
 
 
