@@ -140,7 +140,9 @@ def test_task_options_are_checked_by_the_package_or_configure() -> None:
     import types
 
     from flows.config import TaskSection, check_task
-    from swarm.client.task import TaskPackage, check_options
+    from pydantic import BaseModel
+
+    from swarm.client.task import TaskPackage, check_options, task_options
 
     def task(name: str, **options: object) -> TaskSection:
         return TaskSection(name=name, group_size=2, temperature=1.0, max_tokens=4, episode_timeout_s=1, options=options)
@@ -165,6 +167,16 @@ def test_task_options_are_checked_by_the_package_or_configure() -> None:
     check_options(TaskPackage("strict", lambda s: {}, None, module=strict), {"alpha": 2})
     with pytest.raises(ValueError, match=r"strict: .*'beta'.*its options: \['alpha'\]"):
         check_options(TaskPackage("strict", lambda s: {}, None, module=strict), {"beta": 2})
+    # a package declaring Options (a pydantic model): validated into it, a typo named with the close key
+    typed = types.ModuleType("typed")
+    typed.Options = type("Options", (BaseModel,), {"__annotations__": {"alpha": float}, "alpha": 1.0})  # type: ignore[attr-defined]
+    package = TaskPackage("typed", lambda s: {}, None, module=typed)
+    check_options(package, {"alpha": 2})
+    assert task_options(typed, {"alpha": 2}).alpha == 2.0 and task_options(typed, {}).alpha == 1.0
+    with pytest.raises(ValueError, match=r"typed: alpah: unknown option \(did you mean alpha\?\); its options: \['alpha'\]"):
+        check_options(package, {"alpah": 2})
+    with pytest.raises(ValueError, match=r"typed: alpha='x': Input should be a valid number"):
+        check_options(package, {"alpha": "x"})
     # workers on other machines may hold a package this process cannot import: not refused here
     from flows.config import ProcessRunner, RayRunner
 
