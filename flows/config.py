@@ -18,16 +18,7 @@ import types
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    create_model,
-    field_validator,
-    model_serializer,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_serializer, model_validator
 
 from swarm.errors import ConfigError
 from swarm.train.config import TrainConfig
@@ -48,17 +39,20 @@ class _Model(_Section):
     tool_parser: str | None = None
 
 
-class HFModel(_Model):
+class _Weights(_Model):
+    path: str | None = None  # the trainer's base weights (HF id or folder; hf: also what is served)
+    dtype: str = "float32"  # of the base weights; auto: flows.components.model_dtype
+    device: str = "cpu"
+
+
+class HFModel(_Weights):
     """``backend: hf``: transformers in this process; no ``path`` and no ``gguf``: the tiny model built here."""
 
     backend: Literal["hf"]
-    path: str | None = None
     gguf: str | None = None  # a packaged model's name or a .gguf file (swarm/policy/gguf.py)
     warmup: Literal["word_chain", "reading", "none"] | None = None  # the tiny model's warm-up
     seed: int = 0
     tiny_spec: dict[str, int] = Field(default_factory=dict)  # TinySpec overrides (checked when built)
-    device: str = "cpu"
-    dtype: str = "float32"  # or auto (flows.components.model_dtype)
     max_batch_size: int = Field(default=16, ge=1)
     batch_wait_ms: float = Field(default=5, ge=0)
     torch_threads: int | None = None
@@ -72,16 +66,13 @@ class HFModel(_Model):
         return self
 
 
-class VLLMModel(_Model):
+class VLLMModel(_Weights):
     """``backend: vllm``: a ``vllm serve`` process; ``path`` / ``dtype``: the trainer's copy of the base."""
 
     backend: Literal["vllm"]
     base_url: str
     model: str
-    path: str | None = None
     tokenizer_path: str | None = None
-    dtype: str = "float32"
-    device: str = "cpu"
     adapter_dir: str | None = None
     max_context: int | None = None
     chat_template: str | None = None
@@ -119,14 +110,11 @@ class EchoModel(_Model):
 Replica = Annotated[Union[HFModel, VLLMModel, UpstreamModel, EchoModel], Field(discriminator="backend")]  # noqa: UP007
 
 
-class FleetModel(_Model):
+class FleetModel(_Weights):
     """``backend: fleet``: replicas (model sections, no fleets) behind one backend (docs/scale_out.md)."""
 
     backend: Literal["fleet"]
     replicas: list[Replica] = Field(min_length=1)
-    path: str | None = None
-    dtype: str = "float32"
-    device: str = "cpu"
     wait_s: float = 120.0
     cooldown_s: float = 5.0
     retries: int = 1
@@ -140,14 +128,12 @@ class PoolSection(_Section):
     url: str  # sqlite:///file.db or postgresql+psycopg://...; $SWARM_POOL_URL wins (flows.components.make_pool)
     block_size: int = Field(default=64, ge=1)
 
-    @field_validator("url")
-    @classmethod
-    def _scheme(cls, url: str) -> str:
-        scheme = url.split(":", 1)[0].split("+", 1)[0]
-        if scheme not in ("sqlite", "postgresql"):
-            raise ValueError(f"unsupported database {scheme!r}; use sqlite:///path/pool.db or "
+    @model_validator(mode="after")
+    def _scheme(self) -> PoolSection:
+        if (scheme := self.url.split(":", 1)[0].split("+", 1)[0]) not in ("sqlite", "postgresql"):
+            raise ValueError(f"pool.url={self.url}: unsupported database {scheme!r}; use sqlite:///path/pool.db or "
                              "postgresql+psycopg://user@host:5432/db")
-        return url
+        return self
 
 
 class _Runner(_Section):
@@ -179,22 +165,6 @@ class RayRunner(_Runner):
 Runner = Annotated[Union[ThreadRunner, ProcessRunner, RayRunner], Field(discriminator="kind")]  # noqa: UP007
 
 
-def _from_dataclass(cls: type, skip: tuple[str, ...], optional: bool = False) -> dict[str, Any]:
-    """Pydantic field definitions of a dataclass's fields (its defaults; ``optional``: None = its default)."""
-    hints = get_type_hints(cls)
-    out = {}
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        if optional:
-            out[f.name] = (hints[f.name] | None, None)
-        elif f.default is dataclasses.MISSING:
-            out[f.name] = (hints[f.name], Field(default_factory=f.default_factory))
-        else:
-            out[f.name] = (hints[f.name], f.default)
-    return out
-
-
 class _Algo(_Section):
     name: str = "grpo"
     group_by: Literal["group", "task_role", "group_role"] = "group"  # which episodes compare their rewards
@@ -214,8 +184,10 @@ class _Algo(_Section):
         return self
 
 
-AlgoSection = create_model("AlgoSection", __base__=_Algo, __module__=__name__,
-                           **_from_dataclass(TrainConfig, ("temperature", "pad_id")))
+AlgoSection = create_model("AlgoSection", __base__=_Algo, __module__=__name__, **{  # TrainConfig's fields and defaults
+    f.name: (get_type_hints(TrainConfig)[f.name], Field(default_factory=f.default_factory)
+             if f.default is dataclasses.MISSING else f.default)
+    for f in dataclasses.fields(TrainConfig) if f.name not in ("temperature", "pad_id")})
 AlgoSection.__doc__ = "``algo``: TrainConfig's fields (its defaults), the advantage settings, ``lora`` (null: full)."
 
 
@@ -335,7 +307,16 @@ class MlflowSection(_Section):
     tags: dict[str, str] = Field(default_factory=dict)  # extra MLflow tags (flows.campaign sets swarm.campaign)
 
 
-class RunConfig(_Section):
+class ServeConfig(_Section):
+    """What ``flows.serve`` needs (conf/serve.yaml); a training run (:class:`RunConfig`) has these sections too."""
+
+    model: Model
+    pool: PoolSection
+    gateway: GatewaySection = Field(default_factory=GatewaySection)
+    policies: list[str] = Field(default_factory=lambda: ["default"], min_length=1)
+
+
+class RunConfig(ServeConfig):
     """Everything one ``flows.train`` run needs, validated; ``raw`` keeps the resolved tree for MLflow."""
 
     model_config = ConfigDict(extra="allow", frozen=True)  # tasks may add top-level keys of their own
@@ -343,15 +324,11 @@ class RunConfig(_Section):
     seed: int = 0
     run_name: str | None = None
     task: TaskSection
-    policies: list[str] = Field(min_length=1)
     train: TrainSection
     batching: BatchingSection
     mlflow: MlflowSection
-    model: Model
     algo: AlgoSection  # type: ignore[valid-type]
-    pool: PoolSection
     runner: Runner
-    gateway: GatewaySection = Field(default_factory=GatewaySection)
     frozen_policies: dict[str, Model] = Field(default_factory=dict)  # name -> model, served, never trained
     overrides: list[str] = Field(default_factory=list)  # the command line's overrides (run name, MLflow tags)
 
@@ -378,15 +355,6 @@ class RunConfig(_Section):
     def raw(self) -> dict[str, Any]:
         """The config as a plain dict (what MLflow logs and subprocess workers receive)."""
         return self.model_dump(mode="json")
-
-
-class ServeConfig(_Section):
-    """What ``flows.serve`` needs (conf/serve.yaml): the same sections as a training run's."""
-
-    model: Model
-    pool: PoolSection
-    gateway: GatewaySection = Field(default_factory=GatewaySection)
-    policies: list[str] = Field(default_factory=lambda: ["default"], min_length=1)
 
 
 def _judge_wiring(data: dict[str, Any]) -> dict[str, Any]:
@@ -431,14 +399,13 @@ def _tag(tp: Any) -> Any:
     return None
 
 
-def _walk(schema: type, loc: tuple[Any, ...]) -> tuple[list[Any], list[str]]:
-    """(the key path of an error location without union tags, the names its last part's section allows)."""
+def _walk(schema: type, loc: tuple[Any, ...]) -> tuple[list[Any], list[str], list[Any]]:
+    """(an error location's key path without union tags, the names its section allows, the types it may hold)."""
     path: list[Any] = []
     known: list[str] = []
     cur = [schema]
     for part in loc:
-        tagged = [t for t in cur if _tag(t) == part]
-        if tagged and len(cur) > 1:
+        if len(cur) > 1 and (tagged := [t for t in cur if _tag(t) == part]):
             cur = tagged
             continue
         path.append(part)
@@ -447,7 +414,7 @@ def _walk(schema: type, loc: tuple[Any, ...]) -> tuple[list[Any], list[str]]:
             known, cur = list(fields), _members(fields.get(part, Any))
         else:  # dict[str, X] / list[X]: the part is a key or an index
             cur = [m for t in cur for m in _members(get_args(t)[-1] if get_args(t) else Any)]
-    return path, known
+    return path, known, cur
 
 
 def validate(resolved: dict[str, Any], overrides: list[str] | None = None, schema: type[BaseModel] = RunConfig) -> Any:
@@ -461,21 +428,19 @@ def validate(resolved: dict[str, Any], overrides: list[str] | None = None, schem
         raise ConfigError(_lines(exc, schema, data)) from None
 
 
-def model_section(model: dict[str, Any], where: str = "model") -> Any:
-    """A model config (``dict``) as its :data:`Model` section; ConfigError names ``where.<key>``."""
-    class _One(_Section):
-        model: Model
+class _OneModel(_Section):
+    model: Model
 
-    try:
-        return _One(model=model).model
-    except ValidationError as exc:
-        raise ConfigError(_lines(exc, _One, {"model": model}).replace("model", where, 1)) from None
+
+def model_section(model: dict[str, Any]) -> Any:
+    """A model config (``dict``) as its :data:`Model` section; ConfigError names ``model.<key>``."""
+    return validate({"model": model}, schema=_OneModel).model
 
 
 def _lines(exc: ValidationError, schema: type, data: dict[str, Any]) -> str:
     lines = []
     for err in exc.errors():
-        path, known = _walk(schema, err["loc"])
+        path, known, types_ = _walk(schema, err["loc"])
         key = ".".join(str(p) for p in path)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
@@ -483,7 +448,7 @@ def _lines(exc: ValidationError, schema: type, data: dict[str, Any]) -> str:
             lines.append(f"{key}: unknown key{unknown_key_hint(str(path[-1]), known, cutoff=0.6, section=section)}")
         elif err["type"] in ("union_tag_not_found", "union_tag_invalid"):
             field = err["ctx"]["discriminator"].strip("'")
-            tags = [t for t in (_tag(m) for m in _members(_fields_at(schema, path))) if t]
+            tags = [t for t in map(_tag, types_) if t]
             got = _value(data, (*path, field))
             lines.append(f"{key}.{field}{'' if got == '?' else '=' + str(got)}: "
                          f"{'missing' if got == '?' else 'unknown'}; use one of {', '.join(tags)}")
@@ -496,15 +461,6 @@ def _lines(exc: ValidationError, schema: type, data: dict[str, Any]) -> str:
         else:
             lines.append(msg)
     return "; ".join(lines)
-
-
-def _fields_at(schema: type, path: list[Any]) -> Any:
-    """The annotation of the field at ``path`` (a union's members when it is one)."""
-    cur: list[Any] = [schema]
-    for part in path:
-        fields = {n: a for t in cur for n, a in _fields(t).items()}
-        cur = _members(fields[part]) if part in fields else [m for t in cur for m in _members(get_args(t)[-1])]
-    return Union[tuple(cur)] if len(cur) > 1 else cur[0]  # noqa: UP007
 
 
 def _value(data: dict[str, Any], loc: tuple[Any, ...]) -> Any:
@@ -567,12 +523,11 @@ def check_pool_url(url: str, timeout_s: float = 3.0) -> None:
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
     try:
-        parsed = sa.engine.make_url(url)
-    except ArgumentError:
-        raise ConfigError(f"pool.url={url!r}: not a database URL; use sqlite:///path/pool.db or "
-                          "postgresql+psycopg://user@host:5432/db") from None
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
+        parsed = sa.engine.make_url(PoolSection(url=url).url)
+    except (ArgumentError, ValidationError) as exc:
+        raise ConfigError(exc.errors()[0]["msg"].removeprefix("Value error, ") if isinstance(exc, ValidationError)
+                          else f"pool.url={url!r}: {exc}") from None
+    if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             folder = Path(parsed.database).expanduser().resolve().parent
             try:
@@ -580,8 +535,6 @@ def check_pool_url(url: str, timeout_s: float = 3.0) -> None:
             except OSError as exc:
                 raise ConfigError(f"pool.url={url!r}: cannot create {folder}: {exc.strerror}") from None
         return
-    if backend != "postgresql":
-        raise ConfigError(f"pool.url={url!r}: unsupported database {backend!r}; use sqlite or postgresql")
     try:
         engine = sa.create_engine(parsed, connect_args={"connect_timeout": max(1, int(timeout_s))},
                                   poolclass=sa.pool.NullPool)

@@ -136,12 +136,12 @@ def task_options(module: ModuleType | str, options: dict[str, Any]) -> Any:
     import pydantic
 
     module = importlib.import_module(module) if isinstance(module, str) else module
-    name, known = module.__name__.rsplit(".", 1)[-1], list(module.Options.model_fields)
+    known = list(module.Options.model_fields)
     errs = [f"{k}: unknown option{f' (did you mean {c[0]}?)' if (c := difflib.get_close_matches(k, known, 1, 0.6)) else ''}"
             for k in options if k not in known]
     try:
         if not errs:
             return module.Options.model_validate(dict(options))
     except pydantic.ValidationError as exc:
-        errs = [f"{'.'.join(str(p) for p in e['loc'])}={e.get('input')!r}: {e['msg']}" for e in exc.errors()]
-    raise ValueError(f"{name}: {'; '.join(errs)}; its options: {known}")
+        errs = [f"{'.'.join(map(str, e['loc']))}={e.get('input')!r}: {e['msg']}" for e in exc.errors()]
+    raise ValueError(f"{module.__name__.rsplit('.', 1)[-1]}: {'; '.join(errs)}; its options: {known}")
