@@ -28,21 +28,20 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NONE
 
-from flows.config import ProcessRunner, RayRunner, Runner, ThreadRunner
+from flows.config import ProcessRunner, RayRunner, RewardSection, Runner, TaskSection, ThreadRunner
 from swarm.client import WorkerConfig, run_worker
 
 __all__ = ["worker_config", "judge_worker", "thread_worker", "process_worker", "process_command", "ray_worker", "RayWorkers",
            "ray_init_kwargs", "start_ray_workers", "start_workers"]
 
 
-def worker_config(server: str, task_cfg: dict[str, Any], workers: int, seed: int | None,
+def worker_config(server: str, task: TaskSection, workers: int, seed: int | None,
                   model: str = "default", agree_every: int = 0) -> WorkerConfig:
-    return WorkerConfig(server=server, task=task_cfg["name"], workers=workers,
-                        group_size=int(task_cfg["group_size"]), model=model,
-                        temperature=float(task_cfg["temperature"]), max_tokens=int(task_cfg["max_tokens"]),
-                        episode_timeout_s=float(task_cfg["episode_timeout_s"]),
-                        eval_every=int(task_cfg.get("eval_every", 0)), seed=seed, agree_every=agree_every,
-                        options=dict(task_cfg.get("options") or {}))
+    """One client worker's settings for ``task`` against the gateway at ``server``."""
+    return WorkerConfig(server=server, task=task.name, workers=workers, group_size=task.group_size, model=model,
+                        temperature=task.temperature, max_tokens=task.max_tokens,
+                        episode_timeout_s=task.episode_timeout_s, eval_every=task.eval_every, seed=seed,
+                        agree_every=agree_every, options=dict(task.options))
 
 
 @task(name="client-workers", cache_policy=NONE)
@@ -83,17 +82,17 @@ def process_worker(cfg: WorkerConfig, stop: threading.Event, procs: list[subproc
 
 
 @task(name="judge", cache_policy=NONE)
-def judge_worker(reward: dict[str, Any], server: str, task_name: str, group_size: int,
+def judge_worker(reward: RewardSection, server: str, task_name: str, group_size: int,
                  stop: threading.Event) -> dict[str, int]:
     """Judge the task's complete groups until ``stop`` (``task.reward.kind=judge``, swarm/judge); in this
     process whatever the runner, since it reports rewards to the pool with the judge's authority."""
     from swarm.judge import GroupJudge, JudgeSpec
     from swarm.pool import Pool
 
-    pool = Pool(os.environ.get("SWARM_POOL_URL") or str(reward["pool_url"]))
-    judge = GroupJudge(pool, server, JudgeSpec.from_config(reward), task_name, group_size)
+    pool = Pool(os.environ.get("SWARM_POOL_URL") or str(reward.pool_url))
+    judge = GroupJudge(pool, server, JudgeSpec.from_config(reward.model_dump(exclude_none=True)), task_name, group_size)
     try:
-        return judge.run(stop, float(reward.get("poll_s", 0.5)))
+        return judge.run(stop, reward.poll_s)
     finally:
         judge.close()
         pool.close()
@@ -253,7 +252,7 @@ class RayWorkers:
         return out
 
 
-def start_ray_workers(runner: RayRunner, server: str, task_cfg: dict[str, Any], seed: int | None,
+def start_ray_workers(runner: RayRunner, server: str, task_cfg: TaskSection, seed: int | None,
                       agree_every: int, stop: threading.Event) -> RayWorkers:
     """Start ``runner.tasks`` Ray tasks, each running ``runner.workers`` concurrent episodes."""
     import ray
@@ -291,18 +290,17 @@ def start_ray_workers(runner: RayRunner, server: str, task_cfg: dict[str, Any], 
     return RayWorkers(ray_runner, flag, futures, stop)
 
 
-def start_workers(runner: Runner, server: str, task_cfg: dict[str, Any], seed: int, agree_every: int,
+def start_workers(runner: Runner, server: str, task_cfg: TaskSection, seed: int, agree_every: int,
                   stop: threading.Event, procs: list[subprocess.Popen]) -> list[Any]:
     """Submit the client workers the ``runner`` config group asks for, and the judge when the task's reward
     is ``judge``; returns their Prefect futures."""
     clients = _client_workers(runner, server, task_cfg, seed, agree_every, stop, procs)
-    reward = task_cfg.get("reward") or {}
-    if reward.get("kind") == "judge":
-        clients.append(judge_worker.submit(reward, server, task_cfg["name"], int(task_cfg["group_size"]), stop))
+    if task_cfg.reward is not None and task_cfg.reward.kind == "judge":
+        clients.append(judge_worker.submit(task_cfg.reward, server, task_cfg.name, task_cfg.group_size, stop))
     return clients
 
 
-def _client_workers(runner: Runner, server: str, task_cfg: dict[str, Any], seed: int, agree_every: int,
+def _client_workers(runner: Runner, server: str, task_cfg: TaskSection, seed: int, agree_every: int,
                     stop: threading.Event, procs: list[subprocess.Popen]) -> list[Any]:
     if isinstance(runner, ProcessRunner):
         return [process_worker.submit(worker_config(server, task_cfg, runner.workers, None, agree_every=agree_every),

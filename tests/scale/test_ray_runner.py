@@ -15,7 +15,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.config import RayRunner
+from flows.config import RayRunner, TaskSection
 from flows.workers import RayWorkers, ray_init_kwargs, start_workers
 from swarm.policy.echo import EchoBackend
 from swarm.pool import Pool, StepFilter
@@ -29,7 +29,7 @@ import ray.cloudpickle  # noqa: E402
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
-TASK = {"name": "echo", "group_size": 2, "temperature": 1.0, "max_tokens": 8, "episode_timeout_s": 60}
+TASK = TaskSection(name="echo", group_size=2, temperature=1.0, max_tokens=8, episode_timeout_s=60)
 
 
 def _loopback(ip: str) -> bool:
