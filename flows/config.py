@@ -233,21 +233,21 @@ class RewardSection(_Section):
     """``task.reward``: where the episodes' rewards come from (conf/reward/judge.yaml, docs/judge.md).
 
     ``kind: task`` (the default, no block): the task package's own reward. ``kind: judge``: an LLM
-    judge scores complete groups (:class:`swarm.judge.JudgeSpec` checks the values).
+    judge scores complete groups (:class:`swarm.judge.JudgeSpec` checks the values; None: its default).
     """
 
     kind: Literal["task", "judge"] = "task"
     policy: str = "judge"
     rubric: str | None = None
-    scale: list[int] = Field(default_factory=lambda: [0, 10])
-    view: Literal["final", "transcript"] = "transcript"
-    chunk_size: int = 8
-    max_tokens: int = 160
-    max_chars: int = 600
-    retries: int = 2
-    weights: dict[str, float] = Field(default_factory=lambda: {"judge": 1.0, "task": 0.0})
-    timeout_s: float = 120.0
-    concurrency: int = 4
+    scale: list[int] | None = None  # [min, max]
+    view: Literal["final", "transcript"] | None = None
+    chunk_size: int | None = None
+    max_tokens: int | None = None
+    max_chars: int | None = None
+    retries: int | None = None
+    weights: dict[str, float] | None = None  # {judge: w, task: w}
+    timeout_s: float | None = None
+    concurrency: int | None = None
     poll_s: float = Field(default=0.5, gt=0)
     pool_url: str | None = None  # filled from pool.url by validate(): the judge reads and rewards this pool
 
@@ -345,11 +345,9 @@ class RunConfig(ServeConfig):
             raise ValueError(f"task.reward.policy={judge.policy!r}: no such policy; serve a judge with "
                              f"+model@frozen_policies.{judge.policy}=tiny (or =upstream), or name one of "
                              f"{[*self.policies, *self.frozen_policies]}")
-        if self.algo.name == "grpo" and self.task.group_size < 2:
+        if self.task.group_size < 2:  # advantages are group-relative whatever algo.name (algo.group_by)
             raise ValueError(f"task.group_size={self.task.group_size}: GRPO compares the episodes of a group, "
                              "it needs at least 2")
-        if self.batching.strategy == "groups_var" and self.task.group_size < 2:
-            raise ValueError("task.group_size: groups_var drops zero-variance groups; it needs at least 2")
         return self
 
     def raw(self) -> dict[str, Any]:
