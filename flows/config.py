@@ -26,7 +26,7 @@ from swarm.train.config import TrainConfig
 __all__ = ["ConfigError", "RunConfig", "ServeConfig", "RewardSection", "TaskSection", "TrainSection", "BatchingSection",
            "MlflowSection", "AlgoSection", "PoolSection", "GatewaySection", "HFModel", "VLLMModel", "UpstreamModel",
            "EchoModel", "FleetModel", "Model", "ThreadRunner", "ProcessRunner", "RayRunner", "Runner", "validate",
-           "model_section", "check_pool_url", "check_task", "unknown_key_hint", "workers_elsewhere", "make_train_config"]
+           "model_section", "section_keys", "check_pool_url", "check_task", "unknown_key_hint", "workers_elsewhere", "make_train_config"]
 
 
 class _Section(BaseModel):
@@ -411,8 +411,13 @@ def _walk(schema: type, loc: tuple[Any, ...]) -> tuple[list[Any], list[str], lis
         if fields:
             known, cur = list(fields), _members(fields.get(part, Any))
         else:  # dict[str, X] / list[X]: the part is a key or an index
-            cur = [m for t in cur for m in _members(get_args(t)[-1] if get_args(t) else Any)]
+            known, cur = [], [m for t in cur for m in _members(get_args(t)[-1] if get_args(t) else Any)]
     return path, known, cur
+
+
+def section_keys(key: str, schema: type = RunConfig) -> list[str]:
+    """The names allowed beside dotted ``key`` in its section (a union's: every member's); [] in an open dict."""
+    return _walk(schema, tuple(key.split(".")))[1]
 
 
 def validate(resolved: dict[str, Any], overrides: list[str] | None = None, schema: type[BaseModel] = RunConfig) -> Any:

@@ -139,9 +139,9 @@ def test_sqlite_pool_folder_must_be_creatable(tmp_path: Path) -> None:
 def test_task_options_are_checked_by_the_package_or_configure() -> None:
     import types
 
-    from flows.config import TaskSection, check_task
     from pydantic import BaseModel
 
+    from flows.config import TaskSection, check_task
     from swarm.client.task import TaskPackage, check_options, task_options
 
     def task(name: str, **options: object) -> TaskSection:
