@@ -105,8 +105,6 @@ class HFBackend(LocalTokenizer, VersionTable):
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if isinstance(policies, str):
-            policies = [policies]
         configs = dict(policies) if isinstance(policies, dict) else dict.fromkeys(policies, lora)
         if not configs:
             raise ValidationError("policies: at least one policy name is required")

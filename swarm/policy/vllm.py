@@ -98,8 +98,6 @@ class VLLMBackend(LocalTokenizer, VersionTable):
     ) -> None:
         from transformers import AutoTokenizer
 
-        if isinstance(policies, str):
-            policies = [policies]
         self._lora = dict(policies) if isinstance(policies, dict) else dict.fromkeys(policies, lora or LoraSpec())
         url = base_url.rstrip("/")
         self.base_url = url if url.endswith("/v1") else url + "/v1"
