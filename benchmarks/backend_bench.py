@@ -41,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from swarm.train import LoraSpec  # noqa: E402
+
 WORDS = "wolf seer village night vote player accuse defend protect doctor hunter moon".split()
 
 
@@ -52,8 +54,9 @@ def model_folder(name: str, root: Path, dtype: torch.dtype) -> str:
         return str(ensure_tiny_model(cache_dir=Path(__file__).resolve().parents[1] / ".cache" / "models"))
     if name == "smollm2":
         from flows.components import model_path
+        from flows.config import HFModel
 
-        return model_path({"backend": "hf", "gguf": "smollm2"})
+        return model_path(HFModel(backend="hf", gguf="smollm2"))
     if name.startswith("random"):
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from gpu_check import build_model_dir
@@ -151,9 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         path = model_folder(args.model, Path(tmp), getattr(torch, args.dtype))
         policy = "p"
-        policies = {policy: {"r": args.lora_r} if args.lora_r else None}
+        policies = {policy: LoraSpec(rank=args.lora_r) if args.lora_r else None}
         backend = HFBackend(path, policies=policies, device=args.device, dtype=args.dtype, max_batch_size=max(calls),
-                            batch_wait_ms=args.wait_ms, lora={"r": args.lora_r} if args.lora_r else None)
+                            batch_wait_ms=args.wait_ms, lora=LoraSpec(rank=args.lora_r) if args.lora_r else None)
         backend.eos_ids = set()  # fixed-length replies on both sides: the same work per call
         params = sum(p.numel() for p in backend.base_model.parameters())
         cores = os.cpu_count()

@@ -51,6 +51,7 @@ import torch  # noqa: E402
 
 from swarm.policy.base import GenerateRequest, SamplingParams  # noqa: E402
 from swarm.policy.sampling import processed_logprobs  # noqa: E402
+from swarm.train import LoraSpec  # noqa: E402
 
 MIXED = [(1.0, 1.0), (0.7, 0.9), (0.0, 1.0), (1.3, 0.8)]
 
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     device, dtype = ("cpu", torch.float32) if smoke else ("cuda", torch.bfloat16)
     with tempfile.TemporaryDirectory() as tmp:
         path = build_model_dir(Path(tmp), *((128, 2, 4, 2, 2000) if smoke else (1024, 8, 16, 4, 32000)), dtype)
-        backend = HFBackend(str(path), policies={"p": {"r": 8}}, device=device, dtype=str(dtype).split(".")[-1],
+        backend = HFBackend(str(path), policies={"p": LoraSpec(rank=8)}, device=device, dtype=str(dtype).split(".")[-1],
                             max_batch_size=256, batch_wait_ms=50)
         try:
             err, err_p = recompute_error(backend)

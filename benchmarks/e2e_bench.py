@@ -125,10 +125,11 @@ from transformers import AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from experiments.echo import VERBS, WORDS, echo_reward
 from flows.components import model_path
+from flows.config import HFModel
 
 cfg = json.loads(sys.argv[1])
 torch.manual_seed(0)
-path = model_path({"name": "tiny", "backend": "hf", "warmup": "word_chain", "seed": 0})
+path = model_path(HFModel(name="tiny", backend="hf", warmup="word_chain"))
 tok = AutoTokenizer.from_pretrained(path)
 rng = random.Random(0)
 rows = [{"prompt": [{"role": "user", "content": f"{rng.choice(VERBS)} {w}"}], "word": w}

@@ -115,7 +115,7 @@ def generate(path: Path, device: str, dtype: str, calls: int, max_tokens: int) -
     from swarm.policy.base import GenerateRequest, SamplingParams
     from swarm.policy.hf import HFBackend
 
-    backend = HFBackend(str(path), policies=["default"], device=device, dtype=dtype, lora={"r": 8},
+    backend = HFBackend(str(path), policies=["default"], device=device, dtype=dtype, lora=LoraSpec(rank=8),
                         max_batch_size=calls, batch_wait_ms=50)
 
     async def run() -> list[Any]:

@@ -96,10 +96,11 @@ def judge_backend(model_name: str) -> Any:
     from omegaconf import OmegaConf
 
     from flows.components import make_backend
+    from flows.config import model_section
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
         cfg = compose(config_name="train", overrides=[f"model={model_name}"])
-    return make_backend(OmegaConf.to_container(cfg.model, resolve=True), ["judge"], None)
+    return make_backend(model_section(OmegaConf.to_container(cfg.model, resolve=True)), ["judge"], None)
 
 
 def run(model_name: str, groups: int, size: int, view: str, seed: int) -> dict[str, Any]:

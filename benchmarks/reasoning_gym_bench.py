@@ -74,24 +74,23 @@ def paired_gain_ci(before: dict[str, float], after: dict[str, float], z: float =
 def run(updates: int, minutes: float | None, entries: int, workers: int, overrides: list[str],
         log: Any = print) -> dict[str, Any]:
     """The whole benchmark; returns every number (see the module docstring)."""
-    from flows.components import gateway_settings, make_backend, make_pool, trainer_model_path
-    from flows.config import lora_spec, make_train_config
+    from flows.components import make_backend, make_pool, start_gateway, trainer_model_path
+    from flows.config import make_train_config, validate
     from swarm import loop
     from swarm.client import run_worker
-    from swarm.stack import start_stack
     from swarm.train import Trainer, items_from_steps
 
     t_start = time.time()
     out_dir = tempfile.mkdtemp(prefix="reasoning-gym-bench-")
     cfg = compose(overrides, out_dir, TASK)
-    task, algo = cfg["task"], cfg["algo"]
-    pool = make_pool(cfg["pool"])
+    task, run_cfg = cfg["task"], validate(cfg)
+    pool = make_pool(run_cfg.pool)
     policy = cfg["policies"][0]
-    backend = make_backend(cfg["model"], [policy], lora_spec(algo))
-    tc = make_train_config(algo, float(task["temperature"]), pad_id=int(backend.tokenizer.pad_token_id or 0))
-    trainer = Trainer.from_pretrained(trainer_model_path(cfg["model"]), tc, policy=policy, backend=backend,
+    backend = make_backend(run_cfg.model, [policy], run_cfg.algo.lora)
+    tc = make_train_config(run_cfg.algo, float(task["temperature"]), pad_id=int(backend.tokenizer.pad_token_id or 0))
+    trainer = Trainer.from_pretrained(trainer_model_path(run_cfg.model), tc, policy=policy, backend=backend,
                                       out_dir=Path(out_dir))
-    stack = start_stack(pool, backend, gateway_settings(cfg["gateway"]))
+    stack = start_gateway(pool, backend, run_cfg.gateway)
     curve: list[float] = []
     try:
         before = evaluate(stack.url, pool, task, entries, workers)
@@ -113,8 +112,8 @@ def run(updates: int, minutes: float | None, entries: int, workers: int, overrid
             if not lease.steps:
                 continue
             curve.append(statistics.fmean(float(s.reward or 0.0) for s in lease.steps))
-            trainer.update(items_from_steps(lease.steps, group_by=algo.get("group_by", "group"),
-                                            scale_std=bool(algo.get("scale_std", True))))
+            trainer.update(items_from_steps(lease.steps, group_by=run_cfg.algo.group_by,
+                                            scale_std=run_cfg.algo.scale_std))
             record, _ = trainer.publish()
             pool.add_policy_version(record)
             pool.ack(lease.lease_id, trainer.version)

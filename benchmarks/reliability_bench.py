@@ -267,13 +267,14 @@ def bypass(pool: Pool, n_bad: int) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     from flows.components import model_path
+    from flows.config import HFModel
     from swarm.records import Episode, Step
     from swarm.train import LoraSpec, TrainConfig, Trainer, items_from_steps
     from swarm.train.quarantine import limits_of, quarantine, usable
 
     torch.set_num_threads(1)
     transformers.utils.logging.disable_progress_bar()
-    model = AutoModelForCausalLM.from_pretrained(model_path({"warmup": "word_chain", "seed": 0}), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_path(HFModel(backend="hf", warmup="word_chain")), dtype=torch.float32)
     vocab, _ = limits_of(model)
     bad_ids = [1_000_000, vocab, 2**31 - 1]
 

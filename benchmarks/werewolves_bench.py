@@ -196,27 +196,20 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
         out_dir: Path | None = None) -> dict[str, Any]:
     """The whole benchmark; returns every number (see the module docstring). ``out_dir`` holds the
     pool and checkpoints (default: a new temporary folder, kept for inspection)."""
-    from flows.components import (
-        gateway_settings,
-        make_backend,
-        make_pool,
-        model_path,
-        trainer_model_path,
-    )
-    from flows.config import lora_spec, make_train_config
+    from flows.components import make_backend, make_pool, model_path, start_gateway, trainer_model_path
+    from flows.config import make_train_config, validate
     from swarm import loop
     from swarm.client import run_worker
-    from swarm.stack import start_stack
     from swarm.train import Trainer, items_from_steps
 
     t_start, cpu_start = time.time(), time.process_time()
     out_dir = str(out_dir) if out_dir is not None else tempfile.mkdtemp(prefix="werewolves-bench-")
     cfg = compose(overrides, out_dir)
-    task, algo = cfg["task"], cfg["algo"]
+    task, run_cfg = cfg["task"], validate(cfg)
     updates = int(cfg["train"]["updates"]) if updates is None else updates
     if cfg["model"].get("backend") == "hf":  # the tiny model ships (or is built once), a GGUF is converted once
         t_model = time.time()
-        path = Path(model_path(cfg["model"]))
+        path = Path(model_path(run_cfg.model))
         from swarm.policy.shipped import sha256_file
 
         digest = sha256_file(path / "model.safetensors")[:16]
@@ -226,13 +219,13 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
     base = baselines(task, eval_games)
     log(f"baselines on the {eval_games} eval seeds (no model): random-legal {100 * base['random_legal']:.1f}%, "
         f"all voting the lowest number {100 * base['agree_lowest']:.1f}%, heuristic {100 * base['heuristic']:.1f}%")
-    pool = make_pool(cfg["pool"])
+    pool = make_pool(run_cfg.pool)
     policy = cfg["policies"][0]
-    backend = make_backend(cfg["model"], [policy], lora_spec(algo))
-    tc = make_train_config(algo, float(task["temperature"]), pad_id=int(backend.tokenizer.pad_token_id or 0))
-    trainer = Trainer.from_pretrained(trainer_model_path(cfg["model"]), tc, policy=policy, backend=backend,
+    backend = make_backend(run_cfg.model, [policy], run_cfg.algo.lora)
+    tc = make_train_config(run_cfg.algo, float(task["temperature"]), pad_id=int(backend.tokenizer.pad_token_id or 0))
+    trainer = Trainer.from_pretrained(trainer_model_path(run_cfg.model), tc, policy=policy, backend=backend,
                                       out_dir=Path(out_dir))
-    stack = start_stack(pool, backend, gateway_settings(cfg["gateway"]))
+    stack = start_gateway(pool, backend, run_cfg.gateway)
     curve: list[dict[str, float]] = []
     evals: list[tuple[float, float]] = []
     stop = threading.Event()
@@ -263,8 +256,8 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
                 games.setdefault(s.group_id, set()).add(s.episode_id)
             wins = [float((pool.get_episode(e).metadata or {}).get("metrics", {}).get("win", 0.0))
                     for eps in games.values() for e in eps]
-            items = items_from_steps(lease.steps, group_by=algo.get("group_by", "group"),
-                                     scale_std=bool(algo.get("scale_std", True)))
+            items = items_from_steps(lease.steps, group_by=run_cfg.algo.group_by,
+                                     scale_std=run_cfg.algo.scale_std)
             m = trainer.update(items)
             record, _ = trainer.publish()
             pool.add_policy_version(record)

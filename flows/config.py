@@ -1,51 +1,253 @@
-"""The typed run config of ``flows.train``: the composed Hydra tree, validated once in ``main()``.
+"""The typed run config of ``flows.train`` and ``flows.serve``: the composed Hydra tree, validated once.
 
-Light on purpose (pydantic, the standard library and torch-free swarm modules only): a bad value
-fails here with one line naming the key, in well under a second, before Prefect, MLflow or torch
-are imported. The open groups whose keys depend on the chosen option (``model``, ``algo``,
-``runner``, ``gateway``, ``pool``) stay dicts here and are checked by :mod:`flows.components` when
-they are built; ``algo`` becomes its torch-free ``TrainConfig`` here (:func:`make_train_config`).
+Light on purpose (pydantic, the standard library and torch-free swarm modules only): a bad value or
+a mistyped key in any group fails here with one line naming the key (and the close one), in well
+under a second, before Prefect, MLflow or torch are imported. Every group is a section that forbids
+unknown keys: ``model`` (and each ``frozen_policies`` entry, and each fleet replica) is a union on
+``backend``, ``runner`` a union on ``kind``; ``algo`` holds :class:`~swarm.train.TrainConfig`'s fields
+(defaults from there) plus the advantage settings and one :class:`~swarm.train.LoraSpec`; ``gateway``
+holds :class:`~swarm.gateway.settings.GatewaySettings`' non-secret fields (``None``: its default).
+Building objects from the sections is :mod:`flows.components`' job, not this module's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import types
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_serializer, model_validator
 
 from swarm.errors import ConfigError
-from swarm.train.config import LoraSpec, TrainConfig
+from swarm.train.config import TrainConfig
 
-__all__ = ["ConfigError", "RunConfig", "RewardSection", "TaskSection", "TrainSection", "BatchingSection", "MlflowSection",
-           "validate", "check_pool_url", "check_task", "unknown_key_hint", "workers_elsewhere", "lora_spec",
-           "make_train_config"]
+__all__ = ["ConfigError", "RunConfig", "ServeConfig", "RewardSection", "TaskSection", "TrainSection", "BatchingSection",
+           "MlflowSection", "AlgoSection", "PoolSection", "GatewaySection", "HFModel", "VLLMModel", "UpstreamModel",
+           "EchoModel", "FleetModel", "Model", "ThreadRunner", "ProcessRunner", "RayRunner", "Runner", "validate",
+           "model_section", "section_keys", "check_pool_url", "check_task", "unknown_key_hint", "workers_elsewhere", "make_train_config"]
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class _Model(_Section):
+    name: str | None = None  # a label (MLflow's swarm.model tag; a fleet replica's name)
+    capacity: float = Field(default=1.0, gt=0)  # as a fleet replica: its share of the requests
+    tool_parser: str | None = None
+
+
+class _Weights(_Model):
+    path: str | None = None  # the trainer's base weights (HF id or folder; hf: also what is served)
+    dtype: str = "float32"  # of the base weights; auto: flows.components.model_dtype
+    device: str = "cpu"
+
+
+class HFModel(_Weights):
+    """``backend: hf``: transformers in this process; no ``path`` and no ``gguf``: the tiny model built here."""
+
+    backend: Literal["hf"]
+    gguf: str | None = None  # a packaged model's name or a .gguf file (swarm/policy/gguf.py)
+    warmup: Literal["word_chain", "reading", "none"] | None = None  # the tiny model's warm-up
+    seed: int = 0
+    tiny_spec: dict[str, int] = Field(default_factory=dict)  # TinySpec overrides (checked when built)
+    max_batch_size: int = Field(default=16, ge=1)
+    batch_wait_ms: float = Field(default=5, ge=0)
+    torch_threads: int | None = None
+    chat_template: str | None = None
+    attn_implementation: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> HFModel:
+        if self.path and self.gguf:
+            raise ValueError(f"model.path={self.path} and model.gguf={self.gguf} are both set; keep one")
+        return self
+
+
+class VLLMModel(_Weights):
+    """``backend: vllm``: a ``vllm serve`` process; ``path`` / ``dtype``: the trainer's copy of the base."""
+
+    backend: Literal["vllm"]
+    base_url: str
+    model: str
+    tokenizer_path: str | None = None
+    adapter_dir: str | None = None
+    max_context: int | None = None
+    chat_template: str | None = None
+    timeout_s: float = 600.0
+
+
+class UpstreamModel(_Model):
+    """``backend: upstream``: any OpenAI-compatible server, frozen (the api key comes from ``api_key_env``)."""
+
+    backend: Literal["upstream"]
+    base_url: str
+    model: str | None = None
+    api_key_env: str | None = "SWARM_UPSTREAM_API_KEY"
+    tokenizer_path: str | None = None
+    completions: bool = False
+    max_tokens: int = 4096
+    max_stop: int = 4
+    max_context: int = 32768
+    logprobs: bool = True
+    max_top_logprobs: int = 20
+    timeout_s: float = 300.0
+    extra_body: dict[str, Any] | None = None
+
+
+class EchoModel(_Model):
+    """``backend: echo``: the null backend (benchmarks, fast tests)."""
+
+    backend: Literal["echo"]
+    reply: str | None = None
+    max_context: int = 4096
+    delay_s: float = 0.0
+    family: str | None = None
+
+
+Replica = Annotated[Union[HFModel, VLLMModel, UpstreamModel, EchoModel], Field(discriminator="backend")]  # noqa: UP007
+
+
+class FleetModel(_Weights):
+    """``backend: fleet``: replicas (model sections, no fleets) behind one backend (docs/scale_out.md)."""
+
+    backend: Literal["fleet"]
+    replicas: list[Replica] = Field(min_length=1)
+    wait_s: float = 120.0
+    cooldown_s: float = 5.0
+    retries: int = 1
+
+
+Model = Annotated[Union[HFModel, VLLMModel, UpstreamModel, EchoModel, FleetModel],  # noqa: UP007
+                  Field(discriminator="backend")]
+
+
+class PoolSection(_Section):
+    url: str  # sqlite:///file.db or postgresql+psycopg://...; $SWARM_POOL_URL wins (flows.components.make_pool)
+    block_size: int = Field(default=64, ge=1)
+
+    @model_validator(mode="after")
+    def _scheme(self) -> PoolSection:
+        if (scheme := self.url.split(":", 1)[0].split("+", 1)[0]) not in ("sqlite", "postgresql"):
+            raise ValueError(f"pool.url={self.url}: unsupported database {scheme!r}; use sqlite:///path/pool.db or "
+                             "postgresql+psycopg://user@host:5432/db")
+        return self
+
+
+class _Runner(_Section):
+    workers: int = Field(default=8, ge=1)  # concurrent episodes per worker
+
+
+class ThreadRunner(_Runner):
+    kind: Literal["thread"]
+
+
+class ProcessRunner(_Runner):
+    kind: Literal["process"]
+    processes: int = Field(default=2, ge=0)  # 0: the workers run elsewhere
+
+
+class RayRunner(_Runner):
+    kind: Literal["ray"]
+    tasks: int = Field(default=2, ge=1)
+    address: str | None = None
+    task_cpus: float = 0.25
+    num_cpus: float | None = None
+    node_ip: str = "127.0.0.1"
+    home: str | None = None
+    namespace: str = "swarmpool"
+    server: str | None = None
+    prefect_api_url: str | None = None
+
+
+Runner = Annotated[Union[ThreadRunner, ProcessRunner, RayRunner], Field(discriminator="kind")]  # noqa: UP007
+
+
+class _Algo(_Section):
+    name: str = "grpo"
+    group_by: Literal["group", "task_role", "group_role"] = "group"  # which episodes compare their rewards
+    scale_std: bool = True  # GRPO std scaling of advantages (false: Dr.GRPO-style mean only)
+
+    def train_config(self, temperature: float = 1.0, pad_id: int = 0) -> TrainConfig:
+        """The trainer's settings (``temperature``: the sampling temperature)."""
+        kw = self.model_dump(exclude={"name", "group_by", "scale_std", "lora"})
+        return TrainConfig(**kw, lora=self.lora, temperature=temperature, pad_id=pad_id)  # type: ignore[attr-defined]
+
+    @model_validator(mode="after")
+    def _trainer_accepts(self) -> _Algo:
+        try:
+            self.train_config()
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("train.", "algo.", 1)) from None
+        return self
+
+
+AlgoSection = create_model("AlgoSection", __base__=_Algo, __module__=__name__, **{  # TrainConfig's fields and defaults
+    f.name: (get_type_hints(TrainConfig)[f.name], Field(default_factory=f.default_factory)
+             if f.default is dataclasses.MISSING else f.default)
+    for f in dataclasses.fields(TrainConfig) if f.name not in ("temperature", "pad_id")})
+AlgoSection.__doc__ = "``algo``: TrainConfig's fields (its defaults), the advantage settings, ``lora`` (null: full)."
+
+
+_Pos = Annotated[int, Field(ge=1)]
+_Secs = Annotated[float, Field(gt=0)]
+
+
+class GatewaySection(_Section):
+    """``gateway``: where it listens, and GatewaySettings' non-secret fields (None: GatewaySettings' default)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8420, ge=0, le=65535)  # 0: a free port
+    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "warning"  # uvicorn's
+    follow_versions_s: float = Field(default=0.0, ge=0)  # > 0: load the pool's newer policy versions this often
+    base_url: str | None = None
+    max_body_bytes: _Pos | None = None
+    max_whitebox_body_bytes: _Pos | None = None
+    max_tokens_cap: _Pos | None = None
+    max_n: _Pos | None = None
+    default_max_tokens: _Pos | None = None
+    default_episode_timeout_s: _Secs | None = None
+    max_episode_timeout_s: _Secs | None = None
+    sweep_interval_s: _Secs | None = None
+    timeout_keep_alive_s: _Secs | None = None
+    timeout_request_head_s: _Secs | None = None
+    timeout_request_body_s: _Secs | None = None
+    limit_concurrency: _Pos | None = None
+    max_connections: _Pos | None = None
+    max_connections_per_client: _Pos | None = None
+    max_request_head_bytes: _Pos | None = None
+    allowed_hosts: tuple[Annotated[str, Field(min_length=1)], ...] | None = None
+    reward_authority: dict[str, Literal["agent", "judge", "admin"]] | None = None  # task -> lowest reward source
+
+    def settings(self) -> Any:
+        """GatewaySettings from these keys and the SWARM_* secrets in the environment (imports the gateway)."""
+        from swarm.gateway.settings import GatewaySettings
+
+        skip = {"host", "port", "log_level", "follow_versions_s"}
+        return GatewaySettings.from_env(**{k: v for k, v in self.model_dump(exclude=skip).items() if v is not None})
+
+
 class RewardSection(_Section):
     """``task.reward``: where the episodes' rewards come from (conf/reward/judge.yaml, docs/judge.md).
 
     ``kind: task`` (the default, no block): the task package's own reward. ``kind: judge``: an LLM
-    judge scores complete groups (:class:`swarm.judge.JudgeSpec` checks the values).
+    judge scores complete groups (:class:`swarm.judge.JudgeSpec` checks the values; None: its default).
     """
 
     kind: Literal["task", "judge"] = "task"
     policy: str = "judge"
     rubric: str | None = None
-    scale: list[int] = Field(default_factory=lambda: [0, 10])
-    view: Literal["final", "transcript"] = "transcript"
-    chunk_size: int = 8
-    max_tokens: int = 160
-    max_chars: int = 600
-    retries: int = 2
-    weights: dict[str, float] = Field(default_factory=lambda: {"judge": 1.0, "task": 0.0})
-    timeout_s: float = 120.0
-    concurrency: int = 4
+    scale: list[int] | None = None  # [min, max]
+    view: Literal["final", "transcript"] | None = None
+    chunk_size: int | None = None
+    max_tokens: int | None = None
+    max_chars: int | None = None
+    retries: int | None = None
+    weights: dict[str, float] | None = None  # {judge: w, task: w}
+    timeout_s: float | None = None
+    concurrency: int | None = None
     poll_s: float = Field(default=0.5, gt=0)
     pool_url: str | None = None  # filled from pool.url by validate(): the judge reads and rewards this pool
 
@@ -105,7 +307,16 @@ class MlflowSection(_Section):
     tags: dict[str, str] = Field(default_factory=dict)  # extra MLflow tags (flows.campaign sets swarm.campaign)
 
 
-class RunConfig(_Section):
+class ServeConfig(_Section):
+    """What ``flows.serve`` needs (conf/serve.yaml); a training run (:class:`RunConfig`) has these sections too."""
+
+    model: Model
+    pool: PoolSection
+    gateway: GatewaySection = Field(default_factory=GatewaySection)
+    policies: list[str] = Field(default_factory=lambda: ["default"], min_length=1)
+
+
+class RunConfig(ServeConfig):
     """Everything one ``flows.train`` run needs, validated; ``raw`` keeps the resolved tree for MLflow."""
 
     model_config = ConfigDict(extra="allow", frozen=True)  # tasks may add top-level keys of their own
@@ -113,43 +324,30 @@ class RunConfig(_Section):
     seed: int = 0
     run_name: str | None = None
     task: TaskSection
-    policies: list[str] = Field(min_length=1)
     train: TrainSection
     batching: BatchingSection
     mlflow: MlflowSection
-    model: dict[str, Any]
-    algo: dict[str, Any]
-    pool: dict[str, Any]
-    runner: dict[str, Any]
-    gateway: dict[str, Any] = Field(default_factory=dict)
-    frozen_policies: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> model config, served, never trained
+    algo: AlgoSection  # type: ignore[valid-type]
+    runner: Runner
+    frozen_policies: dict[str, Model] = Field(default_factory=dict)  # name -> model, served, never trained
     overrides: list[str] = Field(default_factory=list)  # the command line's overrides (run name, MLflow tags)
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
         if len(set(self.policies)) != len(self.policies):
             raise ValueError("policies: names must be unique")
-        for name, model in self.frozen_policies.items():
+        for name in self.frozen_policies:
             if name in self.policies:
                 raise ValueError(f"frozen_policies.{name}: {name!r} is also in policies; a policy is either trained "
                                  "(policies) or frozen (frozen_policies), not both")
-            if not model.get("backend"):
-                raise ValueError(f"frozen_policies.{name}.backend: missing; give a model config, e.g. "
-                                 f"+model@frozen_policies.{name}=upstream or +frozen_policies.{name}.backend=hf")
         judge = self.task.reward
         if judge is not None and judge.kind == "judge" and judge.policy not in (*self.policies, *self.frozen_policies):
             raise ValueError(f"task.reward.policy={judge.policy!r}: no such policy; serve a judge with "
                              f"+model@frozen_policies.{judge.policy}=tiny (or =upstream), or name one of "
                              f"{[*self.policies, *self.frozen_policies]}")
-        grpo = self.algo.get("name") == "grpo" or self.algo.get("group_by") is not None
-        if grpo and self.task.group_size < 2:
+        if self.task.group_size < 2:  # advantages are group-relative whatever algo.name (algo.group_by)
             raise ValueError(f"task.group_size={self.task.group_size}: GRPO compares the episodes of a group, "
                              "it needs at least 2")
-        workers = self.runner.get("workers", 1)
-        if not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"runner.workers={workers}: at least 1 concurrent episode per worker is needed")
-        if self.batching.strategy == "groups_var" and self.task.group_size < 2:
-            raise ValueError("task.group_size: groups_var drops zero-variance groups; it needs at least 2")
         return self
 
     def raw(self) -> dict[str, Any]:
@@ -176,35 +374,96 @@ def _judge_wiring(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "task": {**task, "reward": reward}, "gateway": gateway}
 
 
-def _where(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(p) for p in loc)
+def _members(tp: Any) -> list[Any]:
+    """The types a field may hold: Annotated, Optional and unions unwrapped."""
+    if get_origin(tp) is Annotated:
+        return _members(get_args(tp)[0])
+    if get_origin(tp) in (Union, types.UnionType):
+        return [m for a in get_args(tp) for m in _members(a)]
+    return [tp]
 
 
-def validate(resolved: dict[str, Any], overrides: list[str] | None = None) -> RunConfig:
-    """The RunConfig of a resolved config tree; raises :class:`ConfigError` with one line per problem."""
+def _fields(tp: Any) -> dict[str, Any]:
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return {n: f.annotation for n, f in tp.model_fields.items()}
+    return get_type_hints(tp) if dataclasses.is_dataclass(tp) else {}
+
+
+def _tag(tp: Any) -> Any:
+    """A union member's discriminator value (its one-value Literal field), None if it has none."""
+    for ann in _fields(tp).values():
+        if get_origin(ann) is Literal and len(get_args(ann)) == 1:
+            return get_args(ann)[0]
+    return None
+
+
+def _walk(schema: type, loc: tuple[Any, ...]) -> tuple[list[Any], list[str], list[Any]]:
+    """(an error location's key path without union tags, the names its section allows, the types it may hold)."""
+    path: list[Any] = []
+    known: list[str] = []
+    cur = [schema]
+    for part in loc:
+        if len(cur) > 1 and (tagged := [t for t in cur if _tag(t) == part]):
+            cur = tagged
+            continue
+        path.append(part)
+        fields = {n: a for t in cur for n, a in _fields(t).items()}
+        if fields:
+            known, cur = list(fields), _members(fields.get(part, Any))
+        else:  # dict[str, X] / list[X]: the part is a key or an index
+            known, cur = [], [m for t in cur for m in _members(get_args(t)[-1] if get_args(t) else Any)]
+    return path, known, cur
+
+
+def section_keys(key: str, schema: type = RunConfig) -> list[str]:
+    """The names allowed beside dotted ``key`` in its section (a union's: every member's); [] in an open dict."""
+    return _walk(schema, tuple(key.split(".")))[1]
+
+
+def validate(resolved: dict[str, Any], overrides: list[str] | None = None, schema: type[BaseModel] = RunConfig) -> Any:
+    """The ``schema`` (RunConfig) of a resolved config tree; raises :class:`ConfigError` with one line per problem."""
     data = _judge_wiring({k: v for k, v in resolved.items() if k != "hydra"})
     if overrides is not None:
         data["overrides"] = list(overrides)
     try:
-        return RunConfig.model_validate(data)
+        return schema.model_validate(data)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            key = _where(err["loc"])
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                section, _, leaf = key.rpartition(".")
-                hint = unknown_key_hint(leaf, _section_keys(section, data), cutoff=0.6, section=section)
-                lines.append(f"{key}: unknown key{hint}")
-            elif err["type"] == "missing":
-                lines.append(f"{key}: missing (set {key}=...)")
-            elif key and msg.startswith(key + "."):  # the message names its key already (task.reward.<key>)
-                lines.append(msg)
-            elif key:
-                lines.append(f"{key}={_value(data, err['loc'])}: {msg}")
-            else:
-                lines.append(msg)
-        raise ConfigError("; ".join(lines)) from None
+        raise ConfigError(_lines(exc, schema, data)) from None
+
+
+class _OneModel(_Section):
+    model: Model
+
+
+def model_section(model: dict[str, Any]) -> Any:
+    """A model config (``dict``) as its :data:`Model` section; ConfigError names ``model.<key>``."""
+    return validate({"model": model}, schema=_OneModel).model
+
+
+def _lines(exc: ValidationError, schema: type, data: dict[str, Any]) -> str:
+    lines = []
+    for err in exc.errors():
+        path, known, types_ = _walk(schema, err["loc"])
+        key = ".".join(str(p) for p in path)
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
+            section = key.rpartition(".")[0]
+            lines.append(f"{key}: unknown key{unknown_key_hint(str(path[-1]), known, cutoff=0.6, section=section)}")
+        elif err["type"] in ("union_tag_not_found", "union_tag_invalid"):
+            field = err["ctx"]["discriminator"].strip("'")
+            tags = [t for t in map(_tag, types_) if t]
+            got = _value(data, (*path, field))
+            lines.append(f"{key}.{field}{'' if got == '?' else '=' + str(got)}: "
+                         f"{'missing' if got == '?' else 'unknown'}; use one of {', '.join(tags)}")
+        elif err["type"] == "missing":
+            lines.append(f"{key}: missing (set {key}=...)")
+        elif key and msg.startswith((key + ".", key + ":", f"{path[-1]}.")):  # the message names its key already
+            lines.append(msg if msg.startswith(key) else f"{key.rpartition('.')[0]}.{msg}")
+        elif key:
+            lines.append(f"{key}={_value(data, tuple(path))}: {msg}")
+        else:
+            lines.append(msg)
+    return "; ".join(lines)
 
 
 def _value(data: dict[str, Any], loc: tuple[Any, ...]) -> Any:
@@ -217,14 +476,6 @@ def _value(data: dict[str, Any], loc: tuple[Any, ...]) -> Any:
     return cur
 
 
-def _section_keys(section: str, data: dict[str, Any]) -> list[str]:
-    """The names a config ``section`` ('' for the top level) may hold: its model's fields, else its keys."""
-    fields = RunConfig.model_fields.get(section)
-    if fields is not None and isinstance(fields.annotation, type) and issubclass(fields.annotation, BaseModel):
-        return list(fields.annotation.model_fields)
-    return list(_value(data, tuple(section.split("."))).keys()) if section else list(data)
-
-
 def unknown_key_hint(key: str, known: list[str], *, cutoff: float = 0.75, section: str = "") -> str:
     """`` (did you mean train.updates?)`` for a mistyped ``key`` among ``known``, '' if none is close.
 
@@ -235,14 +486,14 @@ def unknown_key_hint(key: str, known: list[str], *, cutoff: float = 0.75, sectio
     return f" (did you mean {section + '.' if section else ''}{close[0]}?)" if close else ""
 
 
-def workers_elsewhere(runner: dict[str, Any]) -> bool:
+def workers_elsewhere(runner: Runner) -> bool:
     """Whether this run starts no client workers in this environment (``runner=process
     runner.processes=0``, or Ray on an existing cluster): the task package may then live only there."""
-    kind = runner.get("kind", "thread")
-    return (kind == "process" and int(runner.get("processes", 1)) == 0) or (kind == "ray" and bool(runner.get("address")))
+    return (isinstance(runner, ProcessRunner) and runner.processes == 0) or (
+        isinstance(runner, RayRunner) and bool(runner.address))
 
 
-def check_task(task: TaskSection, runner: dict[str, Any] | None = None) -> None:
+def check_task(task: TaskSection, runner: Runner | None = None) -> None:
     """Fail fast (one line) when ``task.name`` is not a task package or ``task.options`` are wrong for it,
     so a bad option stops the run before anything starts rather than failing every episode.
 
@@ -275,12 +526,11 @@ def check_pool_url(url: str, timeout_s: float = 3.0) -> None:
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
     try:
-        parsed = sa.engine.make_url(url)
-    except ArgumentError:
-        raise ConfigError(f"pool.url={url!r}: not a database URL; use sqlite:///path/pool.db or "
-                          "postgresql+psycopg://user@host:5432/db") from None
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
+        parsed = sa.engine.make_url(PoolSection(url=url).url)
+    except (ArgumentError, ValidationError) as exc:
+        raise ConfigError(exc.errors()[0]["msg"].removeprefix("Value error, ") if isinstance(exc, ValidationError)
+                          else f"pool.url={url!r}: {exc}") from None
+    if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             folder = Path(parsed.database).expanduser().resolve().parent
             try:
@@ -288,8 +538,6 @@ def check_pool_url(url: str, timeout_s: float = 3.0) -> None:
             except OSError as exc:
                 raise ConfigError(f"pool.url={url!r}: cannot create {folder}: {exc.strerror}") from None
         return
-    if backend != "postgresql":
-        raise ConfigError(f"pool.url={url!r}: unsupported database {backend!r}; use sqlite or postgresql")
     try:
         engine = sa.create_engine(parsed, connect_args={"connect_timeout": max(1, int(timeout_s))},
                                   poolclass=sa.pool.NullPool)
@@ -306,26 +554,9 @@ def check_pool_url(url: str, timeout_s: float = 3.0) -> None:
         engine.dispose()
 
 
-def lora_spec(algo: dict[str, Any]) -> LoraSpec | None:
-    """The LoRA adapter of ``algo.lora`` (None: train every weight)."""
-    lora = algo.get("lora")
-    if not lora:
-        return None
-    return LoraSpec(rank=int(lora.get("rank", 8)), alpha=float(lora.get("alpha", 16)),
-                    dropout=float(lora.get("dropout", 0.0)),
-                    target_modules=tuple(lora.get("target_modules", ("q_proj", "v_proj"))))
-
-
-def make_train_config(algo: dict[str, Any], temperature: float, pad_id: int) -> TrainConfig:
-    """The trainer's settings from the ``algo`` group (ConfigError names the bad field). Torch-free, so
-    ``cli_config`` checks them before anything heavy is imported."""
-    keys = ("lr", "weight_decay", "max_grad_norm", "clip_low", "clip_high", "ratio", "tis_cap", "kl_coef",
-            "loss_agg", "merge", "token_budget", "attention")
-    kw = {k: algo[k] for k in keys if k in algo}
+def make_train_config(algo: Any, temperature: float, pad_id: int) -> TrainConfig:
+    """The trainer's settings from the ``algo`` section and the sampling temperature (ConfigError names the key)."""
     try:
-        return TrainConfig(**kw, lora=lora_spec(algo), temperature=temperature, pad_id=pad_id)
-    except (TypeError, ValueError) as exc:
-        msg = str(exc)  # TrainConfig names its fields train.<name>: say the key the user sets
-        if msg.startswith("train.temperature"):
-            raise ConfigError("task." + msg.removeprefix("train.")) from exc
-        raise ConfigError("algo." + msg.removeprefix("train.") if msg.startswith("train.") else f"algo: {msg}") from exc
+        return algo.train_config(temperature, pad_id)
+    except ValueError as exc:
+        raise ConfigError(str(exc).replace("train.temperature", "task.temperature").replace("train.", "algo.")) from None

@@ -1,9 +1,10 @@
 """``python -m flows.serve`` (console script ``swarm-serve``): serve the gateway and the policy.
 
-Composes ``conf/serve.yaml`` (groups ``model``, ``pool``, ``gateway``), builds the pool and the
-backend with :mod:`flows.components`, the :class:`~swarm.gateway.GatewaySettings` from the
-``gateway`` keys plus the secrets in the environment, and runs uvicorn until interrupted. With
-``gateway.port=0`` a free port is taken; the URL is printed either way. No training here.
+Composes ``conf/serve.yaml`` (groups ``model``, ``pool``, ``gateway``), validates it into
+:class:`flows.config.ServeConfig` (the sections a training run uses; a bad key is one ``config error:``
+line, exit 2) and starts pool, backend and gateway through :mod:`flows.components`, exactly as
+``flows.train``'s flow does, until interrupted. With ``gateway.port=0`` a free port is taken; the
+URL is printed either way. No training here.
 """
 
 from __future__ import annotations
@@ -11,22 +12,19 @@ from __future__ import annotations
 import logging
 import os
 import re
-import socket
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import hydra
-import uvicorn
 from omegaconf import DictConfig, OmegaConf
 
-from flows.components import gateway_settings, make_backend, make_pool
-from swarm.app import create_app
-from swarm.gateway.connections import uvicorn_config
+from flows.components import make_backend, make_pool, start_gateway
+from flows.config import ConfigError, ServeConfig, validate
 
 __all__ = ["main", "serve", "spawn", "GatewayProcess"]
 
@@ -35,33 +33,27 @@ REPO = Path(__file__).resolve().parents[1]
 
 @hydra.main(config_path="../conf", config_name="serve", version_base="1.3")
 def serve(cfg: DictConfig) -> None:
-    c: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    gw = c["gateway"]
+    """Serve until interrupted (Ctrl-C or SIGTERM)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    settings = gateway_settings(gw)
     try:
-        settings.check_bind(str(gw["host"]))
-    except ValueError as exc:
+        c: ServeConfig = validate(OmegaConf.to_container(cfg, resolve=True), schema=ServeConfig)  # type: ignore[arg-type]
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    pool = make_pool(c.pool)
+    backend = make_backend(c.model, c.policies, None)
+    try:
+        stack = start_gateway(pool, backend, c.gateway)
+    except ValueError as exc:  # check_bind: off loopback without both tokens
         raise SystemExit(f"swarm-serve: {exc}") from None
-    pool = make_pool(c["pool"])
-    backend = make_backend(c["model"], list(c.get("policies") or ["default"]), None)
-    app = create_app(pool, backend, settings)
-    if float(gw.get("follow_versions_s") or 0) > 0:  # a gateway beside the trainer's: follow its publishes
-        from swarm.policy.fleet import VersionFollower
-
-        VersionFollower(pool, backend, interval_s=float(gw["follow_versions_s"])).start()
-    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and without
-    # it every response waits ~40 ms for a delayed ACK (Nagle)
-    family = socket.AF_INET6 if ":" in gw["host"] else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((gw["host"], int(gw["port"])))
-    host, port = sock.getsockname()[:2]
-    print(f"swarm gateway on http://{host}:{port} (policies {backend.policies()}, pool {pool.url})", flush=True)
-    print(f"access: {settings.access_summary()}", flush=True)
-    # timeouts, connection cap and rate-limited refusal logs (docs/reliability.md "Connections")
-    server = uvicorn.Server(uvicorn_config(app, settings, log_level=gw.get("log_level", "warning")))
-    server.run(sockets=[sock])
+    print(f"swarm gateway on {stack.url} (policies {backend.policies()}, pool {pool.url})", flush=True)
+    print(f"access: {stack.extra['app'].state.gateway.settings.access_summary()}", flush=True)
+    signal.signal(signal.SIGTERM, signal.getsignal(signal.SIGINT))  # SIGTERM stops the server as Ctrl-C does
+    try:
+        while stack.server.thread.is_alive():
+            stack.server.thread.join(0.5)
+    except KeyboardInterrupt:
+        stack.stop()
 
 
 def main() -> None:

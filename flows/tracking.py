@@ -61,7 +61,7 @@ def run_params(cfg: RunConfig) -> dict[str, str]:
 
 def run_tags(cfg: RunConfig) -> dict[str, str]:
     """``swarm.task``, ``swarm.model`` (the checkpoint or the model config's name), plus ``mlflow.tags``."""
-    model = cfg.model.get("path") or cfg.model.get("name") or cfg.model.get("backend") or "?"
+    model = getattr(cfg.model, "path", None) or cfg.model.name or cfg.model.backend
     return {"swarm.task": cfg.task.name, "swarm.model": str(model), **cfg.mlflow.tags}
 
 

@@ -24,15 +24,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from flows.config import (
-    ConfigError,
-    RunConfig,
-    check_pool_url,
-    check_task,
-    make_train_config,
-    unknown_key_hint,
-    validate,
-)
+from flows.config import ConfigError, RunConfig, check_pool_url, check_task, section_keys, unknown_key_hint, validate
 
 __all__ = ["main", "cli_config"]  # train_flow, run_update, follow_flow: lazily from flows.run
 
@@ -64,17 +56,8 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-def _flat_keys(tree: Any, prefix: str = "") -> list[str]:
-    if not isinstance(tree, dict):
-        return [prefix[:-1]]
-    keys = [prefix[:-1]] if prefix else []
-    for k, v in tree.items():
-        keys += _flat_keys(v, f"{prefix}{k}.")
-    return keys
-
-
 def _check_overrides(overrides: list[str]) -> None:
-    """Compose once to name a mistyped key with a suggestion (Hydra alone suggests ``+key=...``)."""
+    """Name a mistyped key with the close one from the config's types (Hydra alone suggests ``+key=...``)."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import ConfigCompositionException
 
@@ -83,17 +66,13 @@ def _check_overrides(overrides: list[str]) -> None:
             compose(config_name="train", overrides=overrides)
             return
         except ConfigCompositionException as exc:
-            text = str(exc)
-            if not text.startswith("Could not override"):
+            if not str(exc).startswith("Could not override"):
                 return  # Hydra's own message (missing group option, ...) follows from hydra.main
-            key = text.split("'")[1]
-        groups = [o for o in overrides if "." not in o.split("=", 1)[0]]
-        try:
-            known = _flat_keys(OmegaConf.to_container(compose(config_name="train", overrides=groups)))
-        except ConfigCompositionException:
-            known = []
+            key = str(exc).split("'")[1]
+    section, _, leaf = key.rpartition(".")
     value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == key), "...")
-    _fail(f"{key}: no such config key{unknown_key_hint(key, known)}; a new key is added with +{key}={value}")
+    hint = unknown_key_hint(leaf, section_keys(key), cutoff=0.6, section=section)
+    _fail(f"{key}: no such config key{hint}; a new key is added with +{key}={value}")
 
 
 def _prepare_argv(argv: list[str]) -> tuple[list[str], bool]:
@@ -110,19 +89,18 @@ def cli_config(cfg: DictConfig, overrides: list[str]) -> RunConfig:
     """The validated RunConfig of a composed Hydra config (ConfigError: one line naming the key)."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
-    run = validate(resolved, overrides)
-    make_train_config(run.algo, run.task.temperature, pad_id=0)  # algo's values, checked before any torch import
+    run: RunConfig = validate(resolved, overrides)
     check_task(run.task, run.runner)
-    if run.model.get("gguf"):  # the GGUF file (or the package that ships it) exists: a config error, not a traceback
+    if gguf := getattr(run.model, "gguf", None):  # the GGUF file (or the package shipping it) exists: not a traceback
         from swarm.errors import ValidationError
         from swarm.policy.gguf import resolve_gguf
 
         try:
-            resolve_gguf(str(run.model["gguf"]))
+            resolve_gguf(gguf)
         except ValidationError as exc:
             raise ConfigError(str(exc)) from None
     if not os.environ.get("SWARM_POOL_URL"):
-        check_pool_url(str(run.pool.get("url", "")))
+        check_pool_url(run.pool.url)
     return run
 
 

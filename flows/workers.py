@@ -28,20 +28,20 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NONE
 
+from flows.config import ProcessRunner, RayRunner, RewardSection, Runner, TaskSection, ThreadRunner
 from swarm.client import WorkerConfig, run_worker
 
 __all__ = ["worker_config", "judge_worker", "thread_worker", "process_worker", "process_command", "ray_worker", "RayWorkers",
            "ray_init_kwargs", "start_ray_workers", "start_workers"]
 
 
-def worker_config(server: str, task_cfg: dict[str, Any], workers: int, seed: int | None,
+def worker_config(server: str, task: TaskSection, workers: int, seed: int | None,
                   model: str = "default", agree_every: int = 0) -> WorkerConfig:
-    return WorkerConfig(server=server, task=task_cfg["name"], workers=workers,
-                        group_size=int(task_cfg["group_size"]), model=model,
-                        temperature=float(task_cfg["temperature"]), max_tokens=int(task_cfg["max_tokens"]),
-                        episode_timeout_s=float(task_cfg["episode_timeout_s"]),
-                        eval_every=int(task_cfg.get("eval_every", 0)), seed=seed, agree_every=agree_every,
-                        options=dict(task_cfg.get("options") or {}))
+    """One client worker's settings for ``task`` against the gateway at ``server``."""
+    return WorkerConfig(server=server, task=task.name, workers=workers, group_size=task.group_size, model=model,
+                        temperature=task.temperature, max_tokens=task.max_tokens,
+                        episode_timeout_s=task.episode_timeout_s, eval_every=task.eval_every, seed=seed,
+                        agree_every=agree_every, options=dict(task.options))
 
 
 @task(name="client-workers", cache_policy=NONE)
@@ -82,17 +82,17 @@ def process_worker(cfg: WorkerConfig, stop: threading.Event, procs: list[subproc
 
 
 @task(name="judge", cache_policy=NONE)
-def judge_worker(reward: dict[str, Any], server: str, task_name: str, group_size: int,
+def judge_worker(reward: RewardSection, server: str, task_name: str, group_size: int,
                  stop: threading.Event) -> dict[str, int]:
     """Judge the task's complete groups until ``stop`` (``task.reward.kind=judge``, swarm/judge); in this
     process whatever the runner, since it reports rewards to the pool with the judge's authority."""
     from swarm.judge import GroupJudge, JudgeSpec
     from swarm.pool import Pool
 
-    pool = Pool(os.environ.get("SWARM_POOL_URL") or str(reward["pool_url"]))
-    judge = GroupJudge(pool, server, JudgeSpec.from_config(reward), task_name, group_size)
+    pool = Pool(os.environ.get("SWARM_POOL_URL") or str(reward.pool_url))
+    judge = GroupJudge(pool, server, JudgeSpec.from_config(reward.model_dump(exclude_none=True)), task_name, group_size)
     try:
-        return judge.run(stop, float(reward.get("poll_s", 0.5)))
+        return judge.run(stop, reward.poll_s)
     finally:
         judge.close()
         pool.close()
@@ -155,9 +155,9 @@ def _scratch_env(env: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def _ray_home(runner: dict[str, Any]) -> Path:
+def _ray_home(runner: RayRunner) -> Path:
     """A scratch HOME whose ray_bootstrap_config.yaml says ``provider: local`` (no cloud probing)."""
-    home = Path(runner.get("home") or Path.cwd() / ".cache" / "ray_home").resolve()
+    home = Path(runner.home or Path.cwd() / ".cache" / "ray_home").resolve()
     home.mkdir(parents=True, exist_ok=True)
     cfg = home / "ray_bootstrap_config.yaml"
     if not cfg.exists():
@@ -180,22 +180,22 @@ def _loopback_only() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
-def ray_init_kwargs(runner: dict[str, Any], env_vars: dict[str, str]) -> tuple[str | None, dict[str, Any]]:
+def ray_init_kwargs(runner: RayRunner, env_vars: dict[str, str]) -> tuple[str | None, dict[str, Any]]:
     """(address, ``ray.init`` kwargs) for ``runner``: a local loopback-only Ray when ``address`` is null."""
-    address = runner.get("address") or None
-    kw: dict[str, Any] = {"namespace": runner.get("namespace") or "swarmpool", "log_to_driver": False,
+    address = runner.address or None
+    kw: dict[str, Any] = {"namespace": runner.namespace, "log_to_driver": False,
                           "runtime_env": {"env_vars": dict(env_vars)}}
     if address is None:
-        kw.update(include_dashboard=False, _node_ip_address=str(runner.get("node_ip") or "127.0.0.1"))
-        if runner.get("num_cpus") is not None:
-            kw["num_cpus"] = float(runner["num_cpus"])
+        kw.update(include_dashboard=False, _node_ip_address=runner.node_ip)
+        if runner.num_cpus is not None:
+            kw["num_cpus"] = runner.num_cpus
     return address, kw
 
 
-def _prefect_api_url(runner: dict[str, Any]) -> str | None:
+def _prefect_api_url(runner: RayRunner) -> str | None:
     """Where Ray tasks report their task runs: the flow's own Prefect API unless configured."""
-    if runner.get("prefect_api_url"):
-        return str(runner["prefect_api_url"])
+    if runner.prefect_api_url:
+        return runner.prefect_api_url
     from prefect.context import FlowRunContext
     from prefect.settings import PREFECT_API_URL
 
@@ -252,7 +252,7 @@ class RayWorkers:
         return out
 
 
-def start_ray_workers(runner: dict[str, Any], server: str, task_cfg: dict[str, Any], seed: int | None,
+def start_ray_workers(runner: RayRunner, server: str, task_cfg: TaskSection, seed: int | None,
                       agree_every: int, stop: threading.Event) -> RayWorkers:
     """Start ``runner.tasks`` Ray tasks, each running ``runner.workers`` concurrent episodes."""
     import ray
@@ -277,10 +277,10 @@ def start_ray_workers(runner: dict[str, Any], server: str, task_cfg: dict[str, A
         flag = ray.remote(num_cpus=0)(_StopFlag).remote()
         futures = []
         updates = {PREFECT_API_URL: api} if api else {}
-        with temporary_settings(updates=updates), remote_options(num_cpus=float(runner.get("task_cpus", 0.25))):
-            for i in range(int(runner.get("tasks", 1))):
+        with temporary_settings(updates=updates), remote_options(num_cpus=runner.task_cpus):
+            for i in range(runner.tasks):
                 base = None if seed is None else (seed * 1_000 + i) * 1_000_000  # disjoint seed streams per task
-                cfg = worker_config(runner.get("server") or server, task_cfg, int(runner["workers"]), base,
+                cfg = worker_config(runner.server or server, task_cfg, runner.workers, base,
                                     agree_every=agree_every)
                 cfg.client_id = f"ray-{i}-{random.randrange(1 << 30):x}"
                 futures.append(ray_runner.submit(ray_worker, {"cfg": cfg, "flag": flag}))
@@ -290,26 +290,22 @@ def start_ray_workers(runner: dict[str, Any], server: str, task_cfg: dict[str, A
     return RayWorkers(ray_runner, flag, futures, stop)
 
 
-def start_workers(runner: dict[str, Any], server: str, task_cfg: dict[str, Any], seed: int, agree_every: int,
+def start_workers(runner: Runner, server: str, task_cfg: TaskSection, seed: int, agree_every: int,
                   stop: threading.Event, procs: list[subprocess.Popen]) -> list[Any]:
     """Submit the client workers the ``runner`` config group asks for, and the judge when the task's reward
     is ``judge``; returns their Prefect futures."""
     clients = _client_workers(runner, server, task_cfg, seed, agree_every, stop, procs)
-    reward = task_cfg.get("reward") or {}
-    if reward.get("kind") == "judge":
-        clients.append(judge_worker.submit(reward, server, task_cfg["name"], int(task_cfg["group_size"]), stop))
+    if task_cfg.reward is not None and task_cfg.reward.kind == "judge":
+        clients.append(judge_worker.submit(task_cfg.reward, server, task_cfg.name, task_cfg.group_size, stop))
     return clients
 
 
-def _client_workers(runner: dict[str, Any], server: str, task_cfg: dict[str, Any], seed: int, agree_every: int,
+def _client_workers(runner: Runner, server: str, task_cfg: TaskSection, seed: int, agree_every: int,
                     stop: threading.Event, procs: list[subprocess.Popen]) -> list[Any]:
-    workers = int(runner["workers"])
-    if runner["kind"] == "process":
-        return [process_worker.submit(worker_config(server, task_cfg, workers, None, agree_every=agree_every),
-                                      stop, procs) for _ in range(int(runner.get("processes", 1)))]
-    if runner["kind"] == "thread":
-        return [thread_worker.submit(worker_config(server, task_cfg, workers, seed * 1_000_000,
+    if isinstance(runner, ProcessRunner):
+        return [process_worker.submit(worker_config(server, task_cfg, runner.workers, None, agree_every=agree_every),
+                                      stop, procs) for _ in range(runner.processes)]
+    if isinstance(runner, ThreadRunner):
+        return [thread_worker.submit(worker_config(server, task_cfg, runner.workers, seed * 1_000_000,
                                                    agree_every=agree_every), stop)]
-    if runner["kind"] == "ray":
-        return [start_ray_workers(runner, server, task_cfg, seed, agree_every, stop)]
-    raise ValueError(f"runner.kind={runner['kind']!r} is unknown; use thread, process or ray")
+    return [start_ray_workers(runner, server, task_cfg, seed, agree_every, stop)]

@@ -98,14 +98,14 @@ class Stack:
 
 
 def start_stack(pool: Pool, backend: PolicyBackend, settings: Any = None, host: str = "127.0.0.1",
-                port: int = 0) -> Stack:
-    """Serve ``pool`` + ``backend`` through a real gateway on ``host:port`` (0: a free port)."""
+                port: int = 0, log_level: str = "warning") -> Stack:
+    """Serve ``pool`` + ``backend`` through a real gateway on ``host:port`` (0: a free port), uvicorn at ``log_level``."""
     from swarm.app import GatewaySettings, create_app
 
     settings = settings or GatewaySettings.from_env()
     settings.check_bind(host)
     app = create_app(pool, backend, settings)
-    server = ServerThread(app, host=host, port=port, settings=settings).start()
+    server = ServerThread(app, host=host, port=port, log_level=log_level, settings=settings).start()
     return Stack(pool, backend, server, extra={"app": app})
 
 

@@ -6,10 +6,12 @@ A task package is a module ``experiments.<name>`` (or any importable module path
 - ``run_episode(instance: dict, llm: AgentLLM) -> dict``: the agent workflow; it talks to the
   policy only through ``llm`` (an OpenAI base_url + api key) and returns reward parts, at least
   ``{"reward": float}``;
+- optionally ``Options``: a pydantic model of the task options (``task.options``); the run refuses
+  an unknown key (naming the close one) or a bad value before starting anything, and
+  :func:`task_options` gives the package the validated object (``configure(**options)`` may call it);
 - optionally ``configure(**options)``: called once per worker process with the task options;
-- optionally ``check_options(options: dict) -> None``: raises ValueError naming a bad option, so a
-  run refuses it before starting anything (:func:`check_options`; without it the options are
-  bound to ``configure``'s signature);
+- optionally ``check_options(options: dict) -> None``: raises ValueError naming a bad option
+  (:func:`check_options`; without it or ``Options`` the options are bound to ``configure``'s signature);
 - or, for multi-agent tasks, ``run_multiagent(instance, client, group_id, cfg, kind) -> dict``: one
   game that opens its own episodes (one per LLM player) through ``client``
   (:class:`swarm.client.sdk.SwarmClient`), ends them with their rewards, and returns the
@@ -35,7 +37,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["AgentLLM", "TaskPackage", "load_task", "check_options"]
+__all__ = ["AgentLLM", "TaskPackage", "load_task", "check_options", "task_options"]
 
 
 @dataclass
@@ -109,6 +111,9 @@ def check_options(task: TaskPackage, options: dict[str, Any]) -> None:
     must bind to ``configure``'s parameters (a task without either takes any options: its
     ``run_multiagent`` reads ``cfg.options`` itself).
     """
+    if hasattr(task.module, "Options"):
+        task_options(task.module, options)
+        return
     own = getattr(task.module, "check_options", None)
     if callable(own):
         own(dict(options))
@@ -121,3 +126,22 @@ def check_options(task: TaskPackage, options: dict[str, Any]) -> None:
             known = [n for n, p in inspect.signature(configure).parameters.items()
                      if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
             raise ValueError(f"{task.name}: {exc}; its options: {known}") from None
+
+
+def task_options(module: ModuleType | str, options: dict[str, Any]) -> Any:
+    """``options`` validated into the task module's ``Options`` (a pydantic model; unknown keys are refused
+    whatever its ``extra`` setting); ValueError names the key and the close one."""
+    import difflib
+
+    import pydantic
+
+    module = importlib.import_module(module) if isinstance(module, str) else module
+    known = list(module.Options.model_fields)
+    errs = [f"{k}: unknown option{f' (did you mean {c[0]}?)' if (c := difflib.get_close_matches(k, known, 1, 0.6)) else ''}"
+            for k in options if k not in known]
+    try:
+        if not errs:
+            return module.Options.model_validate(dict(options))
+    except pydantic.ValidationError as exc:
+        errs = [f"{'.'.join(map(str, e['loc']))}={e.get('input')!r}: {e['msg']}" for e in exc.errors()]
+    raise ValueError(f"{module.__name__.rsplit('.', 1)[-1]}: {'; '.join(errs)}; its options: {known}")

@@ -45,11 +45,12 @@ from swarm.policy._mixed import StepWeights
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
 from swarm.policy.chat import LocalTokenizer
 from swarm.policy.constraint import Constraint, Grammars
-from swarm.policy.lora import DEFAULT_LORA, attach_adapters, get_adapter_state, load_adapter_state, load_base_state
+from swarm.policy.lora import attach_adapters, get_adapter_state, load_adapter_state, load_base_state
 from swarm.policy.templates import parser_for
 from swarm.policy.tiny import load_template
+from swarm.train.config import LoraSpec
 
-__all__ = ["HFBackend", "DEFAULT_LORA"]
+__all__ = ["HFBackend"]
 
 log = logging.getLogger(__name__)
 _DONE = object()
@@ -72,11 +73,9 @@ class _Job:
 class HFBackend(LocalTokenizer, VersionTable):
     """transformers backend implementing :class:`~swarm.policy.base.PolicyBackend`.
 
-    ``policies``: a list of names (each gets an adapter built from ``lora`` when ``lora`` is given,
-    else the base weights) or a dict ``name -> LoRA config | None`` (None: base weights; a dict
-    is merged over ``lora`` and :data:`DEFAULT_LORA`). LoRA keys: ``r``, ``alpha``, ``dropout``,
-    ``target_modules``, ``seed`` (initialisation of lora_A; lora_B starts at zero, so a fresh
-    adapter equals the base model). ``chat_template``: template text or the name of one shipped
+    ``policies``: a list of names (each gets a ``lora`` adapter when ``lora`` is given, else the base
+    weights) or a dict ``name -> LoraSpec | None`` (None: base weights); lora_B starts at zero, so a
+    fresh adapter equals the base model. ``chat_template``: template text or the name of one shipped
     in ``swarm/policy/templates`` to replace the tokenizer's own. ``torch_threads`` sets torch's
     (process-wide) intra-op threads; 1 is much faster for tiny models on a shared CPU.
 
@@ -93,12 +92,12 @@ class HFBackend(LocalTokenizer, VersionTable):
     def __init__(
         self,
         model_path: str,
-        policies: list[str] | dict[str, dict[str, Any] | None] = ("default",),
+        policies: list[str] | dict[str, LoraSpec | None] = ("default",),
         device: str = "cpu",
         dtype: str = "float32",
         max_batch_size: int = 16,
         batch_wait_ms: float = 5,
-        lora: dict[str, Any] | None = None,
+        lora: LoraSpec | None = None,
         chat_template: str | None = None,
         attn_implementation: str | None = None,
         torch_threads: int | None = None,
@@ -106,12 +105,7 @@ class HFBackend(LocalTokenizer, VersionTable):
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if isinstance(policies, str):
-            policies = [policies]
-        if isinstance(policies, dict):
-            configs = {p: (None if c is None else {**DEFAULT_LORA, **(lora or {}), **c}) for p, c in policies.items()}
-        else:
-            configs = {p: (None if lora is None else {**DEFAULT_LORA, **lora}) for p in policies}
+        configs = dict(policies) if isinstance(policies, dict) else dict.fromkeys(policies, lora)
         if not configs:
             raise ValidationError("policies: at least one policy name is required")
         self.model_path = str(model_path)

@@ -14,34 +14,27 @@ from typing import Any
 import torch
 
 from swarm.errors import ValidationError
+from swarm.train.config import LoraSpec
 
-__all__ = ["DEFAULT_LORA", "attach_adapters", "get_adapter_state", "load_adapter_state", "load_base_state"]
-
-DEFAULT_LORA: dict[str, Any] = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": "all-linear", "seed": 0}
+__all__ = ["attach_adapters", "get_adapter_state", "load_adapter_state", "load_base_state"]
 
 
-def attach_adapters(base: Any, configs: dict[str, dict[str, Any]]) -> Any:
-    """Wrap ``base`` in a peft model with one adapter per ``adapter name -> config``; ``base`` if none."""
-    if not configs:
+def attach_adapters(base: Any, specs: dict[str, LoraSpec]) -> Any:
+    """Wrap ``base`` in a peft model with one adapter per ``adapter name -> LoraSpec``; ``base`` if none.
+
+    lora_A is initialised from seed 0 without touching the caller's RNG (lora_B starts at zero)."""
+    if not specs:
         return base
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
 
     model = None
-    for name, c in configs.items():
-        lc = LoraConfig(
-            r=int(c["r"]),
-            lora_alpha=float(c["alpha"]),
-            lora_dropout=float(c.get("dropout", 0.0)),
-            target_modules=c["target_modules"],
-            bias="none",
-            task_type="CAUSAL_LM",
-        )
-        with torch.random.fork_rng(devices=[]):  # seed lora_A without touching the caller's RNG
-            torch.manual_seed(int(c.get("seed", 0)))
+    for name, spec in specs.items():
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
             if model is None:
-                model = get_peft_model(base, lc, adapter_name=name)
+                model = get_peft_model(base, spec.peft(), adapter_name=name)
             else:
-                model.add_adapter(name, lc)
+                model.add_adapter(name, spec.peft())
     return model
 
 

@@ -158,8 +158,6 @@ token the server reports (OpenAI: 20).
         tool_parser: str | None = None,
         max_top_logprobs: int = 20,
     ) -> None:
-        if isinstance(policies, str):
-            policies = [policies]
         self._models = dict(policies) if isinstance(policies, dict) else {p: model or p for p in policies}
         api_key = api_key or (os.environ.get(api_key_env) if api_key_env else None)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}

@@ -35,10 +35,10 @@ from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTa
 from swarm.policy.chat import LocalTokenizer
 from swarm.policy.constraint import Grammars
 from swarm.policy.templates import parser_for
+from swarm.train.config import LoraSpec
 
 __all__ = ["VLLMBackend"]
 
-DEFAULT_LORA = {"r": 8, "alpha": 16, "target_modules": "all-linear"}
 
 
 def _choice_tokens(ch: dict[str, Any]) -> tuple[list[int], list[float] | None]:
@@ -73,8 +73,8 @@ class VLLMBackend(LocalTokenizer, VersionTable):
     """Client of a ``vllm serve`` server implementing :class:`~swarm.policy.base.PolicyBackend`.
 
     ``model``: the served base model name (as in ``vllm serve <model>``). ``policies``: names
-    (list) or ``name -> LoRA config | None`` (dict; the config is written as adapter_config.json,
-    keys ``r``, ``alpha``, ``target_modules``). ``tokenizer_path``: local HF tokenizer (default
+    (list; each gets ``lora``, default ``LoraSpec()``) or ``name -> LoraSpec | None`` (dict; its alpha
+    is written to adapter_config.json). ``tokenizer_path``: local HF tokenizer (default
     ``model``). ``adapter_dir``: where adapters are written for the server to read.
     """
 
@@ -85,12 +85,12 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         self,
         base_url: str,
         model: str,
-        policies: list[str] | dict[str, dict[str, Any] | None] = ("default",),
+        policies: list[str] | dict[str, LoraSpec | None] = ("default",),
         tokenizer_path: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         api_key: str | None = None,
         adapter_dir: str | None = None,
-        lora: dict[str, Any] | None = None,
+        lora: LoraSpec | None = None,
         max_context: int | None = None,
         chat_template: str | None = None,
         timeout_s: float = 600.0,
@@ -98,14 +98,7 @@ class VLLMBackend(LocalTokenizer, VersionTable):
     ) -> None:
         from transformers import AutoTokenizer
 
-        if isinstance(policies, str):
-            policies = [policies]
-        if isinstance(policies, dict):
-            self._lora = {
-                p: (None if c is None else {**DEFAULT_LORA, **(lora or {}), **c}) for p, c in policies.items()
-            }
-        else:
-            self._lora = {p: {**DEFAULT_LORA, **(lora or {})} for p in policies}
+        self._lora = dict(policies) if isinstance(policies, dict) else dict.fromkeys(policies, lora or LoraSpec())
         url = base_url.rstrip("/")
         self.base_url = url if url.endswith("/v1") else url + "/v1"
         self.model_name = model
@@ -341,7 +334,7 @@ class VLLMBackend(LocalTokenizer, VersionTable):
             except (httpx.HTTPError, BackendError):
                 pass  # housekeeping only: the old name is no longer requested
 
-    def _write_adapter(self, path: Path, state: dict[str, Any], cfg: dict[str, Any]) -> None:
+    def _write_adapter(self, path: Path, state: dict[str, Any], cfg: LoraSpec) -> None:
         from safetensors.torch import save_file
 
         path.mkdir(parents=True, exist_ok=True)
@@ -357,7 +350,7 @@ class VLLMBackend(LocalTokenizer, VersionTable):
             "task_type": "CAUSAL_LM",
             "base_model_name_or_path": self.model_name,
             "r": int(rank),
-            "lora_alpha": float(cfg["alpha"]),
+            "lora_alpha": float(cfg.alpha),
             "lora_dropout": 0.0,
             "target_modules": modules,
             "bias": "none",

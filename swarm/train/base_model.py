@@ -72,17 +72,15 @@ class SharedBase:
     """
 
     def __init__(self, base: Any, lora: Any, policies: list[str], seed: int = 0) -> None:
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
         if not policies:
             raise ValidationError("policies: at least one policy name is required")
-        targets = lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules)
         # peft adapter names become module keys: policy names may hold dots or clash with "lora_"
         self.adapters = {p: f"policy{i}" for i, p in enumerate(policies)}
         model = None
         for i, p in enumerate(policies):
-            lc = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                            target_modules=targets, bias="none", task_type="CAUSAL_LM")
+            lc = lora.peft()
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed + i)
                 if model is None:

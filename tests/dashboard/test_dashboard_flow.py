@@ -25,7 +25,7 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 def trained(tmp_path_factory: pytest.TempPathFactory, chromium: Any, prefect_harness: None) -> Iterator[dict[str, Any]]:
     """Three updates of the default echo task, then a gateway (same tiny model) over the run's pool."""
     from flows.components import make_backend
-    from flows.config import lora_spec
+    from flows.config import validate
     from flows.train import train_flow
 
     d = tmp_path_factory.mktemp("flowrun")
@@ -36,7 +36,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory, chromium: Any, prefect_har
     summary = train_flow(cfg)
     assert summary["status"] == "FINISHED"
     pool = Pool(cfg["pool"]["url"])
-    backend = make_backend(cfg["model"], list(cfg["policies"]), lora_spec(cfg["algo"]))
+    run = validate(cfg)
+    backend = make_backend(run.model, run.policies, run.algo.lora)
     stack = start_stack(pool, backend)
     try:
         run_groups(stack.url, 9, groups=1, group_size=2, turns=2)  # live traffic next to the run's data

@@ -48,10 +48,11 @@ def test_an_eval_game_replays_exactly_whatever_else_is_served(tmp_path: Path) ->
     """A held-out game alone (group size 1, kind eval) samples with per-call seeds: played alone and played
     while another game shares the backend's batches, seed 7's seats make the same calls, token for token."""
     from flows.components import model_path
+    from flows.config import HFModel
     from swarm.policy.hf import HFBackend
 
     pool = Pool(f"sqlite:///{tmp_path / 'pool.db'}")
-    backend = HFBackend(model_path({"backend": "hf", "warmup": "reading", "seed": 0}), torch_threads=1)
+    backend = HFBackend(model_path(HFModel(backend="hf", warmup="reading")), torch_threads=1)
     server = ServerThread(create_app(pool, backend, GatewaySettings())).start()
     try:
         seen: set[str] = set()

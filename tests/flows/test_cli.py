@@ -47,7 +47,9 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     (["task.name=no_such_task"], "task.name='no_such_task': task 'no_such_task': no module"),
     (["+task=werewolves", "algo.lr=-1"], "algo.lr: must be > 0"),
     (["algo.merge=zip"], "algo.merge: must be one of"),
-    (["algo.lora.rank=0"], "algo: lora.rank must be >= 1"),
+    (["algo.lora.rank=0"], "algo.lora.rank: must be >= 1"),
+    (["+algo.lora.rnak=4"], "algo.lora.rnak: unknown key (did you mean algo.lora.rank?)"),
+    (["model=echo", "+model.dely_s=1"], "model.dely_s: unknown key (did you mean model.delay_s?)"),
     (["model=smollm2", "model.gguf=/no/such.gguf"], "model.gguf=/no/such.gguf: no GGUF file at /no/such.gguf"),
 ])
 def test_bad_values_fail_fast_with_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
@@ -88,6 +90,45 @@ def test_unknown_section_keys_are_named() -> None:
         validate(raw)
 
 
+@pytest.mark.parametrize(("typo", "needle"), [
+    ("+model.devise=cpu", "model.devise: unknown key (did you mean model.device?)"),
+    ("+algo.scale_sdt=false", "algo.scale_sdt: unknown key (did you mean algo.scale_std?)"),
+    ("+algo.lora.rnak=4", "algo.lora.rnak: unknown key (did you mean algo.lora.rank?)"),
+    ("+pool.blok_size=8", "pool.blok_size: unknown key (did you mean pool.block_size?)"),
+    ("+runner.worker=2", "runner.worker: unknown key (did you mean runner.workers?)"),
+    ("+gateway.log_levl=info", "gateway.log_levl: unknown key (did you mean gateway.log_level?)"),
+    ("+train.updatez=3", "train.updatez: unknown key (did you mean train.updates?)"),
+    ("+batching.min_group=2", "batching.min_group: unknown key (did you mean batching.min_groups?)"),
+    ("+mlflow.experimnt=x", "mlflow.experimnt: unknown key (did you mean mlflow.experiment?)"),
+    ("+task.group_sise=2", "task.group_sise: unknown key (did you mean task.group_size?)"),
+    ("+frozen_policies.judge.backend=echo", None),  # a valid frozen echo model: no error
+    ("+frozen_policies.judge.backend=ech", "frozen_policies.judge.backend=ech: unknown; use one of hf, vllm,"),
+])
+def test_a_mistyped_key_in_any_group_is_named_with_the_close_one(typo: str, needle: str | None) -> None:
+    """Every group is a section that forbids unknown keys: ``scale_sdt`` or ``lora.rnak`` is no longer dropped."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        raw = OmegaConf.to_container(compose(config_name="train", overrides=["train.out_dir=/tmp/x", typo]), resolve=True)
+    if needle is None:
+        validate(raw)
+        return
+    with pytest.raises(ConfigError) as exc:
+        validate(raw)
+    assert str(exc.value).startswith(needle), str(exc.value)
+
+
+def test_make_train_config_refuses_what_it_used_to_drop() -> None:
+    """The issue's example: ``scale_sdt`` and ``lora.rnak`` were accepted silently; now each is named."""
+    from flows.config import AlgoSection
+
+    for bad, key in (({"scale_sdt": False}, "scale_sdt"), ({"lora": {"rank": 8, "rnak": 4}}, "rnak")):
+        with pytest.raises(ValueError, match=key):
+            AlgoSection(**bad)
+    assert AlgoSection(lr=1e-3).train_config(0.7, 3).temperature == 0.7
+
+
 def test_sqlite_pool_folder_must_be_creatable(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigError, match="cannot create"):
@@ -98,8 +139,10 @@ def test_sqlite_pool_folder_must_be_creatable(tmp_path: Path) -> None:
 def test_task_options_are_checked_by_the_package_or_configure() -> None:
     import types
 
+    from pydantic import BaseModel
+
     from flows.config import TaskSection, check_task
-    from swarm.client.task import TaskPackage, check_options
+    from swarm.client.task import TaskPackage, check_options, task_options
 
     def task(name: str, **options: object) -> TaskSection:
         return TaskSection(name=name, group_size=2, temperature=1.0, max_tokens=4, episode_timeout_s=1, options=options)
@@ -124,8 +167,20 @@ def test_task_options_are_checked_by_the_package_or_configure() -> None:
     check_options(TaskPackage("strict", lambda s: {}, None, module=strict), {"alpha": 2})
     with pytest.raises(ValueError, match=r"strict: .*'beta'.*its options: \['alpha'\]"):
         check_options(TaskPackage("strict", lambda s: {}, None, module=strict), {"beta": 2})
+    # a package declaring Options (a pydantic model): validated into it, a typo named with the close key
+    typed = types.ModuleType("typed")
+    typed.Options = type("Options", (BaseModel,), {"__annotations__": {"alpha": float}, "alpha": 1.0})  # type: ignore[attr-defined]
+    package = TaskPackage("typed", lambda s: {}, None, module=typed)
+    check_options(package, {"alpha": 2})
+    assert task_options(typed, {"alpha": 2}).alpha == 2.0 and task_options(typed, {}).alpha == 1.0
+    with pytest.raises(ValueError, match=r"typed: alpah: unknown option \(did you mean alpha\?\); its options: \['alpha'\]"):
+        check_options(package, {"alpah": 2})
+    with pytest.raises(ValueError, match=r"typed: alpha='x': Input should be a valid number"):
+        check_options(package, {"alpha": "x"})
     # workers on other machines may hold a package this process cannot import: not refused here
-    check_task(task("only_on_the_clients"), {"kind": "process", "processes": 0})
-    check_task(task("only_on_the_clients"), {"kind": "ray", "address": "auto"})
+    from flows.config import ProcessRunner, RayRunner
+
+    check_task(task("only_on_the_clients"), ProcessRunner(kind="process", processes=0))
+    check_task(task("only_on_the_clients"), RayRunner(kind="ray", address="auto"))
     with pytest.raises(ConfigError, match="no module"):
-        check_task(task("only_on_the_clients"), {"kind": "process", "processes": 2})
+        check_task(task("only_on_the_clients"), ProcessRunner(kind="process", processes=2))

@@ -1,5 +1,6 @@
 """Hydra config: every task file composes with +task=<name>, every group has a tiny CPU option."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,13 @@ def _compose(*overrides: str):
         return compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
 
 
+def _resolved(*overrides: str, name: str = "train") -> dict:
+    """A composed config as a resolved plain tree (no Hydra node; a training run writes under /tmp/x)."""
+    extra = ["train.out_dir=/tmp/x"] if name == "train" else []
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        return OmegaConf.to_container(compose(config_name=name, overrides=[*extra, *overrides]), resolve=True)
+
+
 def test_default_config_is_the_tiny_cpu_run() -> None:
     cfg = _compose()
     assert cfg.task.name == "echo"
@@ -23,13 +31,69 @@ def test_default_config_is_the_tiny_cpu_run() -> None:
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_every_task_composes(task: str) -> None:
-    from flows.config import TaskSection, check_task
+def test_every_task_composes_into_a_valid_run_config(task: str) -> None:
+    """The WHOLE run config of each task file validates (every section), not only its task section."""
+    from flows.config import RunConfig, check_task, validate
 
-    cfg = _compose(f"+task={task}")
-    check_task(TaskSection.model_validate(OmegaConf.to_container(cfg.task, resolve=True)))  # a real package, valid options
-    assert set(cfg.task.options.get("role_policies", {}).values()) <= set(cfg.policies) | {"default"}
-    OmegaConf.to_container(cfg, resolve=False)
+    cfg = _resolved(f"+task={task}")
+    run = validate(cfg)
+    assert isinstance(run, RunConfig) and run.task.name == cfg["task"]["name"]
+    check_task(run.task, run.runner)  # a real package, valid options
+    assert set(run.task.options.get("role_policies", {}).values()) <= set(run.policies) | {"default"}
+
+
+@pytest.mark.parametrize("name", ["train", "serve"])
+def test_every_model_option_validates_in_train_and_serve(name: str) -> None:
+    """Each conf/model/*.yaml is a valid model section, in a training run and in flows.serve alike."""
+    from flows.config import RunConfig, ServeConfig, validate
+
+    for option in sorted(p.stem for p in (CONF / "model").glob("*.yaml")):
+        cfg = _resolved(f"model={option}", name=name)
+        run = validate(cfg, schema=ServeConfig if name == "serve" else RunConfig)
+        assert run.model.backend == cfg["model"]["backend"], option
+
+
+def test_section_defaults_are_the_constructors_defaults() -> None:
+    """A default lives once: the model sections agree with their backends' constructors, algo is TrainConfig's."""
+    import inspect
+
+    from flows.config import AlgoSection, EchoModel, FleetModel, GatewaySection, HFModel, UpstreamModel, VLLMModel
+    from swarm.gateway.settings import GatewaySettings
+    from swarm.policy.echo import EchoBackend
+    from swarm.policy.fleet import FleetBackend
+    from swarm.policy.upstream import UpstreamBackend
+    from swarm.train import TrainConfig
+
+    pairs = [(EchoModel, EchoBackend), (UpstreamModel, UpstreamBackend), (FleetModel, FleetBackend)]
+    pairs += [(HFModel, "swarm.policy.hf:HFBackend"), (VLLMModel, "swarm.policy.vllm:VLLMBackend")]
+    for section, backend in pairs:
+        if isinstance(backend, str):  # torch / transformers modules: read their source, not import them
+            src = (CONF.parent / (backend.split(":")[0].replace(".", "/") + ".py")).read_text()
+            params = {n: v for n, v in _signature_defaults(src, backend.split(":")[1]).items()}
+        else:
+            params = {n: p.default for n, p in inspect.signature(backend).parameters.items()}
+        for field, info in section.model_fields.items():
+            if field in params and params[field] is not inspect.Parameter.empty and field != "policies":
+                assert info.default == params[field], (section.__name__, field, info.default, params[field])
+    train = TrainConfig()
+    for field, info in AlgoSection.model_fields.items():
+        if hasattr(train, field):
+            assert (info.default if info.default_factory is None else info.default_factory()) == getattr(train, field)
+    own = {"host", "port", "log_level", "follow_versions_s"}
+    assert all(v is None for k, v in GatewaySection().model_dump().items() if k not in own)
+    secrets = {"secret", "client_token", "admin_token", "tool_call_markers"}
+    assert set(GatewaySection.model_fields) - own == {f.name for f in dataclasses.fields(GatewaySettings)} - secrets
+
+
+def _signature_defaults(src: str, cls: str) -> dict[str, object]:
+    import ast
+
+    tree = ast.parse(src)
+    init = next(f for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and c.name == cls
+                for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+    args = init.args.args[1:]
+    defaults = dict(zip([a.arg for a in args[len(args) - len(init.args.defaults):]], init.args.defaults, strict=True))
+    return {k: ast.literal_eval(v) for k, v in defaults.items() if not isinstance(v, ast.Tuple | ast.Name)}
 
 
 @pytest.mark.parametrize("group", ["model", "pool", "algo", "batching", "runner"])
@@ -52,26 +116,25 @@ def test_gateway_trust_settings_reach_gateway_settings() -> None:
     from hydra.errors import ConfigCompositionException
 
     from flows.components import ConfigError, gateway_settings
+    from flows.config import GatewaySection, RunConfig, ServeConfig, validate
     from swarm.gateway import GatewaySettings
 
-    default = gateway_settings(OmegaConf.to_container(_compose().gateway, resolve=True))
+    default = gateway_settings(validate(_resolved()).gateway)
     base = GatewaySettings()
     assert (default.allowed_hosts, default.reward_authority, default.max_connections_per_client) == (
         base.allowed_hosts, base.reward_authority, base.max_connections_per_client)
     overrides = ["gateway.allowed_hosts=[example.org,gw.lan]", "gateway.reward_authority={math: judge}",
                  "gateway.max_connections_per_client=7"]
-    for name in ("train", "serve"):
-        with initialize_config_dir(config_dir=str(CONF), version_base=None):
-            cfg = compose(config_name=name, overrides=overrides)
-        for gw in (OmegaConf.to_container(cfg.gateway, resolve=True), cfg.gateway):  # plain dict or DictConfig
-            s = gateway_settings(gw)
-            assert s.allowed_hosts == ("example.org", "gw.lan") and s.reward_authority == {"math": "judge"}
-            assert s.max_connections_per_client == 7 and type(s.reward_authority) is dict
+    for name, schema in (("train", RunConfig), ("serve", ServeConfig)):
+        s = gateway_settings(validate(_resolved(*overrides, name=name), schema=schema).gateway)
+        assert s.allowed_hosts == ("example.org", "gw.lan") and s.reward_authority == {"math": "judge"}
+        assert s.max_connections_per_client == 7 and type(s.reward_authority) is dict
     for typo in ("gateway.allowed_host=[example.org]", "gateway.reward_authorty={math: judge}",
                  "gateway.max_connection_per_client=7"):
         with pytest.raises(ConfigCompositionException):
             _compose(typo)
-    with pytest.raises(ConfigError, match="gateway.reward_authority"):
-        gateway_settings({"reward_authority": {"math": "referee"}})
-    with pytest.raises(ConfigError, match="gateway.allowed_hosts"):
-        gateway_settings({"allowed_hosts": "example.org"})
+    with pytest.raises(ConfigError, match=r"gateway.reward_authority.math=referee: Input should be 'agent'"):
+        validate({"model": {"backend": "echo"}, "pool": {"url": "sqlite://"}, "gateway": {"reward_authority":
+                 {"math": "referee"}}}, schema=ServeConfig)
+    with pytest.raises(ValueError, match="allowed_hosts"):
+        GatewaySection(allowed_hosts="example.org")

@@ -9,21 +9,21 @@ import pytest
 import sqlalchemy as sa
 
 from flows.components import tiny_spec
-from flows.config import ConfigError, validate
+from flows.config import ConfigError, HFModel, validate
 from flows.train import train_flow
 from swarm.pool import Pool, StepFilter
 
 
 def test_frozen_policy_config_is_checked(flow_config) -> None:
     cfg = flow_config("+model@frozen_policies.wolfbot=tiny_wide")
-    assert validate(cfg).frozen_policies["wolfbot"]["tiny_spec"] == {"hidden_size": 256, "intermediate_size": 1024}
+    assert validate(cfg).frozen_policies["wolfbot"].tiny_spec == {"hidden_size": 256, "intermediate_size": 1024}
     with pytest.raises(ConfigError, match=r"^frozen_policies.default: 'default' is also in policies"):
         validate(flow_config("+frozen_policies.default.backend=echo"))
-    with pytest.raises(ConfigError, match=r"^frozen_policies.judge.backend: missing"):
+    with pytest.raises(ConfigError, match=r"^frozen_policies.judge.backend: missing; use one of hf, vllm, upstream, echo, fleet$"):
         validate(flow_config("+frozen_policies.judge.seed=1"))
-    assert tiny_spec({"tiny_spec": {}}) is None  # the default tiny model, byte for byte (same cache key)
+    assert tiny_spec(HFModel(backend="hf")) is None  # the default tiny model, byte for byte (same cache key)
     with pytest.raises(ConfigError, match=r"model.tiny_spec.hidden_sise is unknown"):
-        tiny_spec({"tiny_spec": {"hidden_sise": 256}})
+        tiny_spec(HFModel(backend="hf", tiny_spec={"hidden_sise": 256}))
 
 
 @pytest.mark.slow

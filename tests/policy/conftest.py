@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from swarm.train import LoraSpec
+
 torch.set_num_threads(1)
 
 
@@ -23,7 +25,7 @@ def lora_backend(tiny_model_path):
     """Policies a and b with their own LoRA adapters, and base on the base weights."""
     from swarm.policy.hf import HFBackend
 
-    backend = HFBackend(str(tiny_model_path), policies={"a": {"r": 4}, "b": {"r": 4}, "base": None}, batch_wait_ms=20)
+    backend = HFBackend(str(tiny_model_path), policies={"a": LoraSpec(rank=4), "b": LoraSpec(rank=4), "base": None}, batch_wait_ms=20)
     yield backend
     backend.close()
 

@@ -50,9 +50,10 @@ def test_reading_model_copies_the_asked_number() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from flows.components import model_path
+    from flows.config import HFModel
     from swarm.policy.copy_warmup import copy_accuracy
 
-    path = model_path({"backend": "hf", "warmup": "reading", "seed": 0})
+    path = model_path(HFModel(backend="hf", warmup="reading"))
     acc, chance = copy_accuracy(AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path))
     print(f"reading warm-up: the asked number {acc:.2f} of held-out chats, a random number of the prompt {chance:.2f}")
     assert acc > 2 * chance

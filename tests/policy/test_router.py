@@ -14,6 +14,7 @@ from swarm.policy.constraint import request_constraint
 from swarm.policy.echo import EchoBackend
 from swarm.policy.router import PolicyRouter
 from swarm.policy.tiny import TinySpec, ensure_tiny_model
+from swarm.train import LoraSpec
 
 MSGS = [{"role": "user", "content": "say hello to the wolf"}]
 WIDE = TinySpec(hidden_size=256, intermediate_size=1024)
@@ -36,7 +37,7 @@ def wide_model_path(tiny_model_path: Path) -> Path:
 def two_bases(tiny_model_path: Path, wide_model_path: Path) -> Iterator[tuple[PolicyRouter, object, object]]:
     from swarm.policy.hf import HFBackend
 
-    trained = HFBackend(str(tiny_model_path), policies=["village"], lora={"r": 4}, batch_wait_ms=5)
+    trained = HFBackend(str(tiny_model_path), policies=["village"], lora=LoraSpec(rank=4), batch_wait_ms=5)
     frozen = HFBackend(str(wide_model_path), policies=["wolfbot"], batch_wait_ms=5)
     router = PolicyRouter([trained, frozen], frozen=["wolfbot"])
     yield router, trained, frozen

@@ -21,6 +21,7 @@ import torch
 from chat_checks import assert_prefix_chain, streamed_message
 
 from swarm.pool import Pool, StepFilter
+from swarm.train import LoraSpec
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +52,7 @@ def served(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     from swarm.policy.hf import HFBackend
     from swarm.stack import ServerThread
 
-    lora = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
+    lora = LoraSpec(rank=8, alpha=16, target_modules=("q_proj", "v_proj"))
     backend = HFBackend(str(smollm2_path), policies=["default"], lora=lora, chat_template="smollm2",
                         torch_threads=1, max_batch_size=8)
     pool = Pool(f"sqlite:///{tmp_path_factory.mktemp('pool') / 'pool.db'}")

@@ -14,12 +14,14 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from flows.components import ConfigError, make_backend
+from flows.config import model_section
 from swarm.gateway import GatewaySettings
 from swarm.policy.base import GenerateRequest, SamplingParams
 from swarm.policy.fleet import FleetBackend
 from swarm.policy.hf import HFBackend
 from swarm.pool import Pool, StepFilter
 from swarm.stack import start_stack
+from swarm.train import LoraSpec
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 MSG = [{"role": "user", "content": "say hello"}]
@@ -28,7 +30,7 @@ MSG = [{"role": "user", "content": "say hello"}]
 @pytest.fixture
 def hf_fleet(tiny_model_path: Path):
     torch.set_num_threads(1)
-    reps = {n: HFBackend(str(tiny_model_path), policies=["default"], lora={"r": 4}, batch_wait_ms=1) for n in "ab"}
+    reps = {n: HFBackend(str(tiny_model_path), policies=["default"], lora=LoraSpec(rank=4), batch_wait_ms=1) for n in "ab"}
     fleet = FleetBackend(reps)
     yield fleet, reps
     fleet.close()
@@ -97,13 +99,13 @@ def test_fleet_from_config() -> None:
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = compose(config_name="serve", overrides=["model=fleet_echo"])
     model = OmegaConf.to_container(cfg.model, resolve=True)
-    fleet = make_backend(model, ["default", "judge"], None)
+    fleet = make_backend(model_section(model), ["default", "judge"], None)
     assert isinstance(fleet, FleetBackend)
     assert [r.name for r in fleet.replicas] == ["a", "b"] and fleet.policies() == ["default", "judge"]
-    with pytest.raises(ConfigError, match="replicas"):
-        make_backend({"backend": "fleet", "replicas": []}, ["default"], None)
-    with pytest.raises(ConfigError, match="nest"):
-        make_backend({"backend": "fleet", "replicas": [{"backend": "fleet", "replicas": []}]}, ["default"], None)
+    with pytest.raises(ConfigError, match=r"model.replicas=\[\]: List should have at least 1 item"):
+        model_section({"backend": "fleet", "replicas": []})
+    with pytest.raises(ConfigError, match=r"model.replicas.0.backend=fleet: unknown; use one of hf, vllm, upstream, echo$"):
+        model_section({"backend": "fleet", "replicas": [{"backend": "fleet", "replicas": []}]})
 
 
 def test_version_follower_loads_published_adapters(tiny_model_path: Path, tmp_path: Path) -> None:
@@ -114,8 +116,8 @@ def test_version_follower_loads_published_adapters(tiny_model_path: Path, tmp_pa
     from swarm.records import PolicyVersion
 
     pool = Pool(f"sqlite:///{tmp_path / 'pool.db'}")
-    trainer_side = HFBackend(str(tiny_model_path), policies=["default"], lora={"r": 4}, batch_wait_ms=1)
-    other_gateway = HFBackend(str(tiny_model_path), policies=["default"], lora={"r": 4}, batch_wait_ms=1)
+    trainer_side = HFBackend(str(tiny_model_path), policies=["default"], lora=LoraSpec(rank=4), batch_wait_ms=1)
+    other_gateway = HFBackend(str(tiny_model_path), policies=["default"], lora=LoraSpec(rank=4), batch_wait_ms=1)
     try:
         state = trainer_side.adapter_state("default")
         new = {k: v + 0.25 for k, v in state.items()}
@@ -154,6 +156,6 @@ def test_vllm_replicas_describe_the_trainers_adapter(tiny_model_path: Path) -> N
     model = {"backend": "fleet", "replicas": [
         {"name": f"gpu{i}", "backend": "vllm", "base_url": f"http://127.0.0.1:{9 + i}/v1", "model": "served",
          "tokenizer_path": str(tiny_model_path), "adapter_dir": f"/tmp/adapters/gpu{i}"} for i in range(2)]}
-    fleet = make_backend(model, ["default"], LoraSpec(rank=16, alpha=32, target_modules=("q_proj", "v_proj")))
+    fleet = make_backend(model_section(model), ["default"], LoraSpec(rank=16, alpha=32, target_modules=("q_proj", "v_proj")))
     for rep in fleet.replicas:  # no server is contacted to build them
-        assert rep.backend._lora["default"] == {"r": 16, "alpha": 32.0, "target_modules": ["q_proj", "v_proj"]}
+        assert rep.backend._lora["default"] == LoraSpec(rank=16, alpha=32, target_modules=("q_proj", "v_proj"))

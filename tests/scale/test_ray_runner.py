@@ -15,6 +15,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows.config import RayRunner, TaskSection
 from flows.workers import RayWorkers, ray_init_kwargs, start_workers
 from swarm.policy.echo import EchoBackend
 from swarm.pool import Pool, StepFilter
@@ -28,7 +29,7 @@ import ray.cloudpickle  # noqa: E402
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
-TASK = {"name": "echo", "group_size": 2, "temperature": 1.0, "max_tokens": 8, "episode_timeout_s": 60}
+TASK = TaskSection(name="echo", group_size=2, temperature=1.0, max_tokens=8, episode_timeout_s=60)
 
 
 def _loopback(ip: str) -> bool:
@@ -67,15 +68,15 @@ def test_ray_function_sends_prefect_events_before_it_returns(monkeypatch: pytest
 
 
 def test_local_ray_kwargs_stay_on_loopback() -> None:
-    address, kw = ray_init_kwargs({"address": None, "num_cpus": 2}, {"PREFECT_API_URL": "http://127.0.0.1:1/api"})
+    address, kw = ray_init_kwargs(RayRunner(kind="ray", num_cpus=2), {"PREFECT_API_URL": "http://127.0.0.1:1/api"})
     assert address is None and kw["_node_ip_address"] == "127.0.0.1" and kw["include_dashboard"] is False
     assert kw["runtime_env"]["env_vars"]["PREFECT_API_URL"] == "http://127.0.0.1:1/api" and kw["num_cpus"] == 2
-    address, kw = ray_init_kwargs({"address": "ray://head:10001"}, {})
+    address, kw = ray_init_kwargs(RayRunner(kind="ray", address="ray://head:10001"), {})
     assert address == "ray://head:10001" and "_node_ip_address" not in kw and "include_dashboard" not in kw
 
 
 @flow(task_runner=ThreadPoolTaskRunner(max_workers=4), validate_parameters=False)
-def ray_flow(gateway: str, pool_url: str, runner: dict) -> dict:
+def ray_flow(gateway: str, pool_url: str, runner: RayRunner) -> dict:
     """Module level with plain parameters: the flow run context travels to every Ray task (pickled)."""
     pool = Pool(pool_url)
     stop = threading.Event()
@@ -102,8 +103,7 @@ def test_ray_tasks_run_client_workers_against_a_real_gateway(tmp_path: Path) -> 
     url = f"sqlite:///{tmp_path / 'pool.db'}"
     pool = Pool(url)
     stack = start_stack(pool, EchoBackend())
-    runner = {"kind": "ray", "workers": 2, "tasks": 2, "num_cpus": 2, "task_cpus": 0.25,
-              "home": str(tmp_path / "ray_home")}
+    runner = RayRunner(kind="ray", workers=2, tasks=2, num_cpus=2, task_cpus=0.25, home=str(tmp_path / "ray_home"))
     try:
         out = ray_flow(stack.url, url, runner)
     finally:

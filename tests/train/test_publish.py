@@ -67,7 +67,7 @@ def test_full_finetune_publishes_the_state_dict(tmp_path):
 def test_served_policy_matches_trained_bit_for_bit(tiny_model_path, tmp_path):
     """Publish into the real in-process HF backend: same logits as the trainer, different from before."""
     hf = pytest.importorskip("swarm.policy.hf", reason="swarm/policy/hf.py (HFBackend) is not available")
-    lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear"}
+    lora = LoraSpec(rank=4, alpha=8, target_modules="all-linear")
     backend = hf.HFBackend(str(tiny_model_path), policies=["default"], lora=lora, torch_threads=1)
     try:
         spec = LoraSpec(rank=4, alpha=8, target_modules="all-linear")

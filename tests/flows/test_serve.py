@@ -1,0 +1,29 @@
+"""``python -m flows.serve``: validated like a training run, assembled through flows.components.start_gateway."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from flows.serve import REPO, spawn
+
+
+def test_serve_starts_through_start_gateway_and_honours_log_level(tmp_path: Path) -> None:
+    gw = spawn("model=echo", f"pool.url=sqlite:///{tmp_path / 'pool.db'}", "gateway.log_level=info")
+    try:
+        assert httpx.get(gw.url + "/health", timeout=10).status_code == 200
+    finally:
+        gw.stop()
+    assert "Application startup complete" in gw.log.read_text()  # uvicorn at info, as configured
+
+
+def test_serve_refuses_a_mistyped_key_in_one_line(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "flows.serve", "model=echo", "+gateway.prot=1", "+model.dely_s=1"],
+                          cwd=tmp_path, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == ("config error: model.dely_s: unknown key (did you mean model.delay_s?); "
+                                   "gateway.prot: unknown key (did you mean gateway.port?)")
