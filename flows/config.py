@@ -6,7 +6,7 @@ under a second, before Prefect, MLflow or torch are imported. Every group is a s
 unknown keys: ``model`` (and each ``frozen_policies`` entry, and each fleet replica) is a union on
 ``backend``, ``runner`` a union on ``kind``; ``algo`` holds :class:`~swarm.train.TrainConfig`'s fields
 (defaults from there) plus the advantage settings and one :class:`~swarm.train.LoraSpec`; ``gateway``
-holds :class:`~swarm.gateway.settings.GatewaySettings`' non-secret fields (``None``: its default).
+holds :class:`~swarm.web.settings.GatewaySettings`' non-secret fields (``None``: its default).
 Building objects from the sections is :mod:`flows.components`' job, not this module's.
 """
 
@@ -223,7 +223,7 @@ class GatewaySection(_Section):
 
     def settings(self) -> Any:
         """GatewaySettings from these keys and the SWARM_* secrets in the environment (imports the gateway)."""
-        from swarm.gateway.settings import GatewaySettings
+        from swarm.web.settings import GatewaySettings
 
         skip = {"host", "port", "log_level", "follow_versions_s"}
         return GatewaySettings.from_env(**{k: v for k, v in self.model_dump(exclude=skip).items() if v is not None})

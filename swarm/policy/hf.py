@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from swarm.errors import BackendError, ConflictError, ContextLengthError, ValidationError
+from swarm.lora import LoraSpec
 from swarm.policy._decode import Row, decode_batch
 from swarm.policy._mixed import StepWeights
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
@@ -48,7 +49,6 @@ from swarm.policy.constraint import Constraint, Grammars
 from swarm.policy.lora import attach_adapters, get_adapter_state, load_adapter_state, load_base_state
 from swarm.policy.templates import parser_for
 from swarm.policy.tiny import load_template
-from swarm.train.config import LoraSpec
 
 __all__ = ["HFBackend"]
 

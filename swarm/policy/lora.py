@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from swarm.errors import ValidationError
-from swarm.train.config import LoraSpec
+from swarm.lora import LoraSpec
 
 __all__ = ["attach_adapters", "get_adapter_state", "load_adapter_state", "load_base_state"]
 

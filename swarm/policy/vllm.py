@@ -30,12 +30,12 @@ from typing import Any
 import httpx
 
 from swarm.errors import BackendError, ConflictError, ContextLengthError, ValidationError
+from swarm.lora import LoraSpec
 from swarm.policy._http import backend_error, post_json, raise_for_status, sse_events, token_id
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
 from swarm.policy.chat import LocalTokenizer
 from swarm.policy.constraint import Grammars
 from swarm.policy.templates import parser_for
-from swarm.train.config import LoraSpec
 
 __all__ = ["VLLMBackend"]
 

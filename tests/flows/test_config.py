@@ -58,11 +58,11 @@ def test_section_defaults_are_the_constructors_defaults() -> None:
     import inspect
 
     from flows.config import AlgoSection, EchoModel, FleetModel, GatewaySection, HFModel, UpstreamModel, VLLMModel
-    from swarm.gateway.settings import GatewaySettings
     from swarm.policy.echo import EchoBackend
     from swarm.policy.fleet import FleetBackend
     from swarm.policy.upstream import UpstreamBackend
     from swarm.train import TrainConfig
+    from swarm.web.settings import GatewaySettings
 
     pairs = [(EchoModel, EchoBackend), (UpstreamModel, UpstreamBackend), (FleetModel, FleetBackend)]
     pairs += [(HFModel, "swarm.policy.hf:HFBackend"), (VLLMModel, "swarm.policy.vllm:VLLMBackend")]
