@@ -1,14 +1,15 @@
 """Training: advantages, losses, the update loop, weight publishing and checkpoints.
 
-Typical flow (``flows/train.py``)::
+One update (the whole order is :func:`swarm.update.run_update`, which the flow in ``flows/run.py`` runs)::
 
     items = items_from_steps(leased_steps)              # rewards -> GRPO advantages
     metrics = trainer.update(items)                     # merge + one optimizer step
-    version, pub = trainer.publish()                    # peft adapter -> backend, version + 1
-    trainer.save_checkpoint(extra={"lease": lease_id})  # then ack the lease
+    ledger.publish()                                    # adapter -> backend, version + 1 -> pool
+    ledger.trained(lease_id, step_ids)                  # pending until the next checkpoint
+    ledger.commit()                                     # checkpoint, then the ledger settles the leases
 
 Pure functions (``advantages``, ``losses``) hold the RL math; ``Trainer`` holds the state.
-Under torchrun, ``distributed`` makes the update data parallel (rank 0 leads, others ``follow``).
+Under torchrun, ``distributed`` makes the update data parallel (rank 0 leads, others ``swarm.update.follow``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Under ``torchrun --nproc_per_node=N`` every rank holds the same :class:`~swarm.train.Trainer`.
 Rank 0 alone runs the flow (pool, gateway, publishing, MLflow); it sends each batch of
-``TrainSeq`` to the others (:func:`broadcast_batch`), which run :func:`follow`. Inside
+``TrainSeq`` to the others (:func:`broadcast_batch`), which run :func:`swarm.update.follow`. Inside
 ``Trainer.update`` each rank forwards and backwards only its share of the micro-batches
 (:func:`shard`); the per-token loss weights are normalised over the whole batch, so the SUM of
 the ranks' gradients (:func:`all_reduce_grads`) is exactly the full-batch gradient, and every
@@ -28,7 +28,6 @@ import torch.distributed as dist
 
 if TYPE_CHECKING:
     from swarm.merge import TrainSeq
-    from swarm.train.trainer import Trainer
 
 __all__ = [
     "active",
@@ -44,7 +43,6 @@ __all__ = [
     "broadcast_params",
     "broadcast_object",
     "broadcast_batch",
-    "follow",
 ]
 
 T = TypeVar("T")
@@ -200,26 +198,7 @@ def broadcast_batch(items: list[TrainSeq] | None, policy: str = "default",
     """Rank 0 sends the batch it is about to train on ``policy`` (None: stop); returns it on every rank.
 
     ``version`` (rank 0's policy version before the update) lets followers stay in step even
-    when rank 0 started from a backend's version. Followers call :func:`follow` instead.
+    when rank 0 started from a backend's version. Followers receive it in :func:`swarm.update.follow`.
     """
     msg = broadcast_object(None if items is None else (policy, version, list(items)))
     return None if msg is None else msg[2]
-
-
-def follow(trainers: Trainer | Mapping[str, Trainer]) -> int:
-    """Ranks > 0: run rank 0's updates until it broadcasts None; returns the number of updates.
-
-    Each update is ``trainer.update`` (the all-reduces pair with rank 0's) then
-    ``trainer.publish`` (on a follower it only bumps the version).
-    """
-    by_policy = {trainers.policy: trainers} if not isinstance(trainers, Mapping) else dict(trainers)
-    n = 0
-    while (msg := broadcast_object(None)) is not None:
-        policy, version, items = msg
-        trainer = by_policy[policy] if len(by_policy) > 1 else next(iter(by_policy.values()))
-        if version is not None:
-            trainer.version = int(version)
-        trainer.update(items)
-        trainer.publish()
-        n += 1
-    return n

@@ -16,7 +16,8 @@ restart, and none is lost. The design (docs/reliability.md):
 - Versions are never reused: if the pool already has versions newer than the checkpoint (a
   crash after publishing), the restored weights are published as a new version.
 
-Assumes one trainer per policy and pool (what ``flows.train`` runs). It does not lease or log.
+It is the one writer of policy versions into the pool (:meth:`Ledger.publish`, also on resume).
+Assumes one trainer per policy and pool (what ``flows.run`` runs). It does not lease or log.
 """
 
 from __future__ import annotations
@@ -64,6 +65,12 @@ class Ledger:
             journal.append(self.journal_path, {"event": "update", "update": self.trainer.updates,
                                                "version": self.trainer.version, "lease_id": lease_id,
                                                "steps": list(step_ids)})
+
+    def publish(self, save: bool = True, **metadata: Any) -> dict[str, float]:
+        """Weights into the backend, version + 1, and that version (with ``metadata``) into the pool."""
+        record, metrics = self.trainer.publish(save=save)
+        self.pool.add_policy_version(record.model_copy(update={"metadata": metadata}) if metadata else record)
+        return metrics
 
     def renew(self) -> None:
         """Keep the pending leases reserved (call right before leasing again)."""
@@ -119,8 +126,7 @@ class Ledger:
         latest = self.pool.latest_version(tr.policy)
         if latest > tr.version:  # versions after the checkpoint were served: never reuse a number
             tr.version = latest
-            record, _ = tr.publish(save=True)
-            self.pool.add_policy_version(record.model_copy(update={"metadata": {"restored_update": tr.updates}}))
+            self.publish(save=True, restored_update=tr.updates)
         elif extra is not None and tr.backend is not None:
             tr.backend.load_weights(tr.policy, tr.adapter_state(), tr.version)
         return extra

@@ -236,13 +236,6 @@ class Trainer:
         record = PolicyVersion(policy=self.policy, version=version, adapter_path=None if path is None else str(path))
         return record, {"time/publish_s": time.perf_counter() - t0, "policy/version": float(version)}
 
-    def step(self, items: list[TrainSeq]) -> dict[str, float]:
-        """``update`` then ``publish``: one committed policy version."""
-        metrics = self.update(items)
-        _, pub = self.publish()
-        metrics.update(pub)
-        return metrics
-
     # -- checkpoint / resume ------------------------------------------------------------------
 
     def save_checkpoint(self, root: str | Path | None = None, extra: dict[str, Any] | None = None) -> Path:
