@@ -33,8 +33,8 @@ __all__ = ["train_flow", "run_update", "follow_flow", "run_main", "STAGES", "upd
 
 
 def _checkpoint(ledger: Ledger, extra: dict[str, Any]) -> Any:
-    """Commit + settle (:func:`swarm.update.checkpoint`); log the checkpoint's adapter to the MLflow run."""
-    done = update.checkpoint(ledger, extra)
+    """Commit + settle (:meth:`Ledger.commit`); log the checkpoint's adapter to the MLflow run."""
+    done = ledger.commit(extra)
     if done is not None and done[1] is not None and extra.get("mlflow_run_id") is not None:
         tracking.log_dir(done[1], f"adapters/{ledger.trainer.policy}/{done[1].name}")
     return done
@@ -44,7 +44,7 @@ STAGES = update.Stages(
     wait=task(loop.wait_for_batch, name="wait-for-batch", cache_policy=NONE),
     lease=task(loop.lease_batch, name="lease", cache_policy=NONE, retries=2, retry_delay_seconds=1),
     update=task(update.train, name="update", cache_policy=NONE),
-    publish=task(update.publish, name="publish", cache_policy=NONE),
+    publish=task(Ledger.publish, name="publish", cache_policy=NONE),
     checkpoint=task(_checkpoint, name="checkpoint", cache_policy=NONE),
 )
 

@@ -1,17 +1,10 @@
-"""The training run's session: what ``train_flow`` starts, in order, and tears down in reverse.
-
-:func:`open_session` starts, each on one :class:`contextlib.ExitStack`: the Ctrl-C / SIGTERM
-handlers (:mod:`flows.shutdown`), the pool, the policy backend, the trainers with their ledgers
-(resumed from the last checkpoint), the gateway, the MLflow run and the client workers. Leaving it
-(success, Ctrl-C, SIGTERM, no batch in time, any error) undoes them in reverse: a clean stop first
-checkpoints every trainer (published version = checkpoint = MLflow step) and releases torchrun
-followers; then the workers stop, the MLflow run ends FINISHED / KILLED / FAILED with its summary,
-the gateway stops, the backend and the pool close, the signal handlers are restored. A stage that
-fails to start raises :class:`StartError` naming it ("starting the gateway failed: ...") after
-what already started is torn down.
-
-It does not train or lease (:mod:`swarm.update`) and builds no component from config itself
-(:mod:`flows.components`).
+"""The training run's session: :func:`open_session` starts, on one :class:`contextlib.ExitStack`, the
+Ctrl-C / SIGTERM handlers (:mod:`flows.shutdown`), the pool, the policy backend, the trainers and
+ledgers (resumed), the gateway, the MLflow run and the workers. Leaving it (success, Ctrl-C, SIGTERM,
+no batch in time, any error) undoes them in reverse; a clean stop first checkpoints every trainer
+(published version = checkpoint = MLflow step). A stage that fails to start raises
+:class:`StartError` naming it ("starting the gateway failed: ..."), after what started is torn down.
+It does not train (:mod:`swarm.update`) nor build components from config (:mod:`flows.components`).
 """
 
 from __future__ import annotations
@@ -50,9 +43,9 @@ class Session:
     stop: threading.Event
     pool: Any = None
     backend: Any = None
-    ledgers: dict[str, Ledger] = field(default_factory=dict)
     stack: Any = None
     run: Any = None
+    ledgers: dict[str, Ledger] = field(default_factory=dict)
     history: list[dict[str, float]] = field(default_factory=list)
     status: str = "FAILED"  # until every stage started
     reason: str = ""

@@ -145,8 +145,5 @@ def own_prefect_server(timeout_s: float | None = None) -> Iterator[str | None]:
                 raise RuntimeError(f"the Prefect server on {url} did not start in time "
                                    "(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)")
             time.sleep(0.2)
-    try:
-        with temporary_settings(updates={PREFECT_API_URL: url}):
-            yield url
-    finally:
-        pass  # stopped at exit, after Prefect has flushed its logs and events to it
+    with temporary_settings(updates={PREFECT_API_URL: url}):
+        yield url  # the server is stopped at exit, after Prefect has flushed its logs and events to it

@@ -1,14 +1,9 @@
 """One policy update, its order written once: wait -> renew -> lease -> quarantine -> update -> publish
--> checkpoint -> settle.
-
-Rank 0 (the training flow, :mod:`flows.run`) runs :func:`run_update` over the pool through the
-trainer's :class:`~swarm.train.Ledger` (the one writer of policy versions, and the checkpoint
-cadence). Torchrun ranks > 0 run :func:`follow`: the same :func:`apply` in the follower role (no
-ledger: the batch comes from rank 0's broadcast, publishing only bumps the version, no pool).
-The observable stages (wait, lease, update, publish, checkpoint) are the fields of :class:`Stages`:
-plain functions by default, Prefect tasks in :mod:`flows.run`.
-
-It does not read config (:class:`UpdateSettings` carries the numbers) and does not log.
+-> checkpoint -> settle. Rank 0 (``flows/run.py``) runs :func:`run_update` through the trainer's
+:class:`~swarm.train.Ledger` (the one writer of policy versions; the checkpoint cadence); torchrun
+ranks > 0 run :func:`follow`, the same :func:`apply` as followers (no ledger, no pool: rank 0's
+broadcast batch, publishing only bumps the version). :class:`Stages` are the observable stages:
+plain functions by default, Prefect tasks in the flow. It reads no config and does not log.
 """
 
 from __future__ import annotations
@@ -26,8 +21,7 @@ from swarm.records import Step
 from swarm.train import Ledger, Trainer, distributed, items_from_steps, quarantine
 from swarm.train.faults import crash_point
 
-__all__ = ["UpdateSettings", "Stages", "train", "publish", "checkpoint", "lease_usable", "apply", "run_update",
-           "follow"]
+__all__ = ["UpdateSettings", "Stages", "train", "lease_usable", "apply", "run_update", "follow"]
 
 
 @dataclass(frozen=True)
@@ -52,16 +46,6 @@ def train(trainer: Trainer, items: list[TrainSeq], lead: bool = True) -> dict[st
     return trainer.update(items)
 
 
-def publish(trainer: Trainer, ledger: Ledger | None, save: bool = True) -> dict[str, float]:
-    """Weights into the backend, version + 1 and the version into the pool; a follower only bumps it."""
-    return trainer.publish(save=False)[1] if ledger is None else ledger.publish(save)
-
-
-def checkpoint(ledger: Ledger, extra: dict[str, Any]) -> Any:
-    """Commit a checkpoint with the pending leases, then settle them (:meth:`Ledger.commit`)."""
-    return ledger.commit(extra)
-
-
 @dataclass(frozen=True)
 class Stages:
     """The stages a caller may wrap to observe them (Prefect tasks); by default the plain functions."""
@@ -69,8 +53,8 @@ class Stages:
     wait: Callable[..., Any] = loop.wait_for_batch
     lease: Callable[..., Lease] = loop.lease_batch
     update: Callable[..., dict[str, float]] = train
-    publish: Callable[..., dict[str, float]] = publish
-    checkpoint: Callable[..., Any] = checkpoint
+    publish: Callable[[Ledger, bool], dict[str, float]] = Ledger.publish
+    checkpoint: Callable[[Ledger, dict[str, Any]], Any] = Ledger.commit
 
 
 def lease_usable(ledger: Ledger, s: UpdateSettings, stop: threading.Event, stages: Stages = Stages(),
@@ -104,16 +88,18 @@ def lease_usable(ledger: Ledger, s: UpdateSettings, stop: threading.Event, stage
 def apply(trainer: Trainer, items: list[TrainSeq], stages: Stages = Stages(), ledger: Ledger | None = None,
           lease: Lease | None = None, stop: threading.Event | None = None,
           extra: dict[str, Any] | None = None) -> dict[str, float]:
-    """Update -> publish -> record the lease -> checkpoint + settle when due (or stopping).
+    """Update -> publish -> record the ``lease`` -> checkpoint + settle when due (or stopping).
 
-    With a ``ledger`` (the leader) the ``lease``'s steps are what ``items`` came from; without one
-    (a torchrun follower) it only trains and bumps the version.
+    Without a ``ledger`` (a torchrun follower) it only trains and bumps the version.
     """
     metrics = stages.update(trainer, items, ledger is not None)
     crash_point("after_update")
-    commit = ledger is not None and (ledger.due() or (stop is not None and stop.is_set()))
-    metrics.update(stages.publish(trainer, ledger, commit))  # an update ending at a checkpoint keeps its adapter
-    if ledger is not None and lease is not None:
+    if ledger is None:
+        trainer.publish(save=False)  # a follower: rank 0 saves, loads and records
+        return metrics
+    commit = ledger.due() or (stop is not None and stop.is_set())
+    metrics.update(stages.publish(ledger, commit))  # an update ending at a checkpoint keeps its adapter
+    if lease is not None:
         ledger.trained(lease.lease_id, [st.step_id for st in lease.steps])
     crash_point("after_publish")
     if commit:

@@ -129,11 +129,11 @@ def _buckets(tensors: list[torch.Tensor]) -> Iterator[list[torch.Tensor]]:
         yield bucket
 
 
-def _all_reduce_(tensors: list[torch.Tensor]) -> None:
-    """In-place SUM over ranks, a few coalesced calls instead of one per tensor."""
+def _coalesced_(tensors: list[torch.Tensor], op: Any) -> None:
+    """``op`` (all-reduce, broadcast) in place on ``tensors``: a few flattened buckets, not one call per tensor."""
     for bucket in _buckets(tensors):
         flat = torch.cat([t.reshape(-1) for t in bucket])
-        dist.all_reduce(flat)
+        op(flat)
         offset = 0
         for t in bucket:
             t.copy_(flat[offset : offset + t.numel()].view_as(t))
@@ -156,7 +156,7 @@ def all_reduce_grads(params: Sequence[torch.nn.Parameter]) -> None:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             grads.append(p.grad)
-    _all_reduce_(grads)
+    _coalesced_(grads, dist.all_reduce)  # SUM over ranks
 
 
 def all_reduce_sums(sums: Mapping[str, float], device: torch.device | str = "cpu") -> dict[str, float]:
@@ -174,14 +174,7 @@ def broadcast_params(params: Sequence[torch.nn.Parameter]) -> None:
     if not active() or not params:
         return
     with torch.no_grad():
-        tensors = [p.data for p in params]
-        for bucket in _buckets(tensors):
-            flat = torch.cat([t.reshape(-1) for t in bucket])
-            dist.broadcast(flat, src=0)
-            offset = 0
-            for t in bucket:
-                t.copy_(flat[offset : offset + t.numel()].view_as(t))
-                offset += t.numel()
+        _coalesced_([p.data for p in params], lambda flat: dist.broadcast(flat, src=0))
 
 
 def broadcast_object(obj: T) -> T:

@@ -28,7 +28,7 @@ from typing import Any
 from swarm.errors import LeaseError
 from swarm.train import journal
 from swarm.train.faults import crash_point
-from swarm.train.publish import save_adapter
+from swarm.train.publish import adapter_state, save_adapter
 
 __all__ = ["Ledger"]
 
@@ -128,5 +128,5 @@ class Ledger:
             tr.version = latest
             self.publish(save=True, restored_update=tr.updates)
         elif extra is not None and tr.backend is not None:
-            tr.backend.load_weights(tr.policy, tr.adapter_state(), tr.version)
+            tr.backend.load_weights(tr.policy, adapter_state(tr.model), tr.version)
         return extra

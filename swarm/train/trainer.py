@@ -213,10 +213,6 @@ class Trainer:
 
     # -- publishing ---------------------------------------------------------------------------
 
-    def adapter_state(self) -> dict[str, torch.Tensor]:
-        """What ``publish`` sends: peft adapter weights (LoRA) or the full state dict."""
-        return adapter_state(self.model)
-
     def publish(self, save: bool = True) -> tuple[PolicyVersion, dict[str, float]]:
         """Save (when ``out_dir`` is set and ``save``), load into the backend, bump the version.
 
@@ -231,7 +227,7 @@ class Trainer:
             if distributed.is_main():
                 path = save_adapter(self.model, path, policy=self.policy, version=version)
         if self.backend is not None and distributed.is_main():
-            self.backend.load_weights(self.policy, self.adapter_state(), version)
+            self.backend.load_weights(self.policy, adapter_state(self.model), version)
         self.version = version
         record = PolicyVersion(policy=self.policy, version=version, adapter_path=None if path is None else str(path))
         return record, {"time/publish_s": time.perf_counter() - t0, "policy/version": float(version)}
