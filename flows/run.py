@@ -1,14 +1,9 @@
-"""The training flow behind ``python -m flows.train`` (:mod:`flows.train` is the command line).
-
-For a validated :class:`flows.config.RunConfig`: opens the run's session (:mod:`flows.session`:
-pool, policy backend, trainers resumed from their last checkpoint, gateway, MLflow run, client
-workers, torn down in reverse whatever happens) and loops updates: :func:`swarm.update.run_update`
-(wait for the batching strategy -> lease -> quarantine unusable steps -> merge + update -> publish,
-and every ``train.checkpoint_every`` updates: checkpoint -> settle, docs/reliability.md), then logs.
-``train.updates`` is a total: a resumed run continues from its last checkpoint ("resuming from
-update k") and the same MLflow run. Ctrl-C / SIGTERM finish the current update, checkpoint, end
-the MLflow run KILLED and exit 130 / 143 (:mod:`flows.shutdown`). The update's stages run as
-Prefect tasks (:data:`STAGES`) wrapping the plain ``swarm`` functions.
+"""The training flow behind ``python -m flows.train`` (:mod:`flows.train` is the command line): open the
+run's session (:mod:`flows.session`), loop :func:`swarm.update.run_update` over the policies and log,
+close. ``train.updates`` is a total: a resumed run continues from its last checkpoint ("resuming from
+update k") and the same MLflow run. Ctrl-C / SIGTERM finish the current update, checkpoint, end the
+MLflow run KILLED and exit 130 / 143 (:mod:`flows.shutdown`). The update's stages run as Prefect
+tasks (:data:`STAGES`) wrapping the plain ``swarm`` functions.
 """
 
 from __future__ import annotations
@@ -54,8 +49,7 @@ def update_settings(cfg: RunConfig) -> update.UpdateSettings:
     b = cfg.batching
     return update.UpdateSettings(strategy=b.strategy, min_episodes=b.min_episodes, min_groups=b.min_groups,
                                  group_size=cfg.task.group_size, timeout_s=cfg.train.batch_timeout_s,
-                                 lease_ttl_s=cfg.train.lease_ttl_s, max_staleness=cfg.train.max_staleness,
-                                 group_by=cfg.algo.get("group_by", "group"),
+                                 max_staleness=cfg.train.max_staleness, group_by=cfg.algo.get("group_by", "group"),
                                  scale_std=bool(cfg.algo.get("scale_std", True)))
 
 
@@ -79,18 +73,18 @@ def train_flow(cfg: RunConfig | dict[str, Any]) -> dict[str, Any]:
     cfg = cfg if isinstance(cfg, RunConfig) else validate(cfg)
     check_task(cfg.task, cfg.runner)  # before anything starts: a bad task option would fail every episode
     settings = update_settings(cfg)
-    with open_session(cfg, checkpoint=STAGES.checkpoint) as s:
-        with console.TrainProgress(max(cfg.train.updates - s.updates(), 0), s.pool) as progress:
+    with (open_session(cfg, checkpoint=STAGES.checkpoint) as s,
+          console.TrainProgress(max(cfg.train.updates - s.updates(), 0), s.pool) as progress):
+        t_eval = time.time()
+        while s.updates() < cfg.train.updates and not s.stop.is_set():
+            row = _update_policies(s, settings, progress.on_poll)
+            if not row:
+                break
+            row.update(loop.episode_metrics(s.pool, t_eval, policies=cfg.policies))  # win rate, accuracy, ...
             t_eval = time.time()
-            while s.updates() < cfg.train.updates and not s.stop.is_set():
-                row = _update_policies(s, settings, progress.on_poll)
-                if not row:
-                    break
-                row.update(loop.episode_metrics(s.pool, t_eval, policies=cfg.policies))  # win rate, accuracy, ...
-                t_eval = time.time()
-                s.record(row)
-                progress.advance(row)
-    return s.summary()
+            s.record(row)
+            progress.advance(row)
+    return console.summary(s.history, s.run.info.run_id, s.status, s.values)
 
 
 # -- torchrun data parallel (docs/scale_out.md "Training on GPUs"): ranks > 0 run this, not the flow --

@@ -1,10 +1,9 @@
 """The training run's session: :func:`open_session` starts, on one :class:`contextlib.ExitStack`, the
-Ctrl-C / SIGTERM handlers (:mod:`flows.shutdown`), the pool, the policy backend, the trainers and
-ledgers (resumed), the gateway, the MLflow run and the workers. Leaving it (success, Ctrl-C, SIGTERM,
-no batch in time, any error) undoes them in reverse; a clean stop first checkpoints every trainer
-(published version = checkpoint = MLflow step). A stage that fails to start raises
-:class:`StartError` naming it ("starting the gateway failed: ..."), after what started is torn down.
-It does not train (:mod:`swarm.update`) nor build components from config (:mod:`flows.components`).
+Ctrl-C / SIGTERM handlers (:mod:`flows.shutdown`), the pool, the policy backend, the trainers and ledgers
+(resumed), the gateway, the MLflow run and the workers; leaving it (success, Ctrl-C, SIGTERM, no batch
+in time, any error) undoes them in reverse, a clean stop first checkpointing every trainer (published
+version = checkpoint = MLflow step). A stage failing to start raises :class:`StartError` naming it
+("starting the gateway failed: ..."). It neither trains (:mod:`swarm.update`) nor builds components.
 """
 
 from __future__ import annotations
@@ -65,12 +64,6 @@ class Session:
         tracking.log_metrics(row, step=self.version())
         self.history.append(row)
 
-    def summary(self) -> dict[str, Any]:
-        """Print the failure reason (if any) and the summary table; returns the summary values."""
-        if self.reason:
-            console.say(f"[red]run FAILED[/red]: {self.reason}")
-        return console.summary(self.history, self.run.info.run_id, self.status, self.values)
-
 
 def _start(stage: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)``; a failure becomes a :class:`StartError` naming ``stage``."""
@@ -125,6 +118,7 @@ def _end_run(s: Session) -> None:
     tracking.log_metrics(loop.eval_summary(s.pool, s.t_start, policies=s.cfg.policies), step=s.version())
     if s.reason:
         tracking.mlflow.set_tag("swarm.failure", s.reason)
+        console.say(f"[red]run FAILED[/red]: {s.reason}")
     tracking.mlflow.end_run(s.status)
 
 

@@ -33,7 +33,6 @@ class UpdateSettings:
     min_groups: int
     group_size: int
     timeout_s: float
-    lease_ttl_s: float
     max_staleness: int | None
     group_by: str = "group"
     scale_std: bool = True
@@ -59,10 +58,7 @@ class Stages:
 
 def lease_usable(ledger: Ledger, s: UpdateSettings, stop: threading.Event, stages: Stages = Stages(),
                  on_poll: Callable[[Any], None] | None = None) -> tuple[Lease, list[Step], int] | None:
-    """Wait for the strategy, renew our pending leases, lease, quarantine what the model cannot take.
-
-    Returns (lease, usable steps, quarantined count); None when ``stop`` was set while waiting.
-    """
+    """Wait, renew our pending leases, lease, quarantine: (lease, usable steps, quarantined) or None (stopped)."""
     trainer, pool = ledger.trainer, ledger.pool
     flt = loop.trainable_filter(trainer.policy, trainer.version, s.max_staleness,
                                 nonzero_variance=s.strategy == "groups_var")
@@ -75,7 +71,7 @@ def lease_usable(ledger: Ledger, s: UpdateSettings, stop: threading.Event, stage
         if s.strategy in ("any_agree", "all_agree"):
             pool.take_agreements()  # the update fired on them
         ledger.renew()  # our own lease must never take back steps we trained but did not settle yet
-        lease = stages.lease(pool, flt, decision, s.lease_ttl_s)
+        lease = stages.lease(pool, flt, decision, ledger.ttl_s)
         steps, bad = quarantine.usable(lease.steps, *quarantine.limits_of(trainer.model))
         if bad:
             quarantine.quarantine(pool, bad)
@@ -88,10 +84,8 @@ def lease_usable(ledger: Ledger, s: UpdateSettings, stop: threading.Event, stage
 def apply(trainer: Trainer, items: list[TrainSeq], stages: Stages = Stages(), ledger: Ledger | None = None,
           lease: Lease | None = None, stop: threading.Event | None = None,
           extra: dict[str, Any] | None = None) -> dict[str, float]:
-    """Update -> publish -> record the ``lease`` -> checkpoint + settle when due (or stopping).
-
-    Without a ``ledger`` (a torchrun follower) it only trains and bumps the version.
-    """
+    """Update -> publish -> record the ``lease`` -> checkpoint + settle when due (or stopping); a follower
+    (no ``ledger``) only trains and bumps the version."""
     metrics = stages.update(trainer, items, ledger is not None)
     crash_point("after_update")
     if ledger is None:
@@ -110,10 +104,8 @@ def apply(trainer: Trainer, items: list[TrainSeq], stages: Stages = Stages(), le
 def run_update(ledger: Ledger, s: UpdateSettings, stop: threading.Event, stages: Stages = Stages(),
                on_poll: Callable[[Any], None] | None = None, extra: dict[str, Any] | None = None
                ) -> tuple[dict[str, float], list[Step]] | None:
-    """One update of ``ledger.trainer`` over ``ledger.pool``: its metrics and trained steps (None: stopped).
-
-    Committed at a checkpoint (with ``extra``) when the ledger's cadence is due or ``stop`` is set.
-    """
+    """One update of ``ledger.trainer`` over ``ledger.pool``: its metrics and trained steps (None: stopped);
+    committed at a checkpoint (with ``extra``) when the ledger's cadence is due or ``stop`` is set."""
     t0 = time.perf_counter()
     got = lease_usable(ledger, s, stop, stages, on_poll)
     if got is None:

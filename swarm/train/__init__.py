@@ -1,6 +1,6 @@
 """Training: advantages, losses, the update loop, weight publishing and checkpoints.
 
-One update (the whole order is :func:`swarm.update.run_update`, which the flow in ``flows/run.py`` runs)::
+One update (in full: :func:`swarm.update.run_update`, which the flow, ``flows/run.py``, runs)::
 
     items = items_from_steps(leased_steps)              # rewards -> GRPO advantages
     metrics = trainer.update(items)                     # merge + one optimizer step
@@ -31,26 +31,10 @@ _LAZY = {
     "Trainer": "swarm.train.trainer",
 }
 
-__all__ = [
-    "assign_credit",
-    "group_keys",
-    "grpo_advantages",
-    "advantage_stats",
-    "ppo_clip_loss",
-    "k3_kl",
-    "item_token_weights",
-    "target_logprobs",
-    "items_from_steps",
-    "LoraSpec",
-    "TrainConfig",
-    "Trainer",
-    "Ledger",
-    "adapter_state",
-    "save_adapter",
-    "commit_checkpoint",
-    "load_latest_checkpoint",
-    "distributed",
-]
+__all__ = ["assign_credit", "group_keys", "grpo_advantages", "advantage_stats", "ppo_clip_loss", "k3_kl",
+           "item_token_weights", "target_logprobs", "items_from_steps", "LoraSpec", "TrainConfig",
+           "Trainer", "Ledger", "adapter_state", "save_adapter", "commit_checkpoint",
+           "load_latest_checkpoint", "distributed"]
 
 
 def __getattr__(name: str) -> Any:

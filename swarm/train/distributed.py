@@ -1,19 +1,15 @@
 """Data-parallel training over ``torch.distributed``: rank 0 leads, the other ranks follow.
 
 Under ``torchrun --nproc_per_node=N`` every rank holds the same :class:`~swarm.train.Trainer`.
-Rank 0 alone runs the flow (pool, gateway, publishing, MLflow); it sends each batch of
-``TrainSeq`` to the others (:func:`broadcast_batch`), which run :func:`swarm.update.follow`. Inside
-``Trainer.update`` each rank forwards and backwards only its share of the micro-batches
-(:func:`shard`); the per-token loss weights are normalised over the whole batch, so the SUM of
-the ranks' gradients (:func:`all_reduce_grads`) is exactly the full-batch gradient, and every
-rank then clips and steps identically: the weights stay in sync without DDP wrappers.
+Rank 0 alone runs the flow; it sends each batch to the others (:func:`broadcast_batch`), which
+run :func:`swarm.update.follow`. Each rank forwards and backwards its share of the micro-batches
+(:func:`shard`); loss weights are normalised over the whole batch, so the SUM of the ranks'
+gradients (:func:`all_reduce_grads`) is the full-batch gradient and every rank steps identically,
+in sync without DDP wrappers. Control messages travel on a gloo group even when gradients use
+NCCL, so a follower waiting for the next batch sits in a CPU receive, not a GPU kernel.
 
-Control messages (configs, batches) travel on a gloo group even when gradients use NCCL, so a
-follower waiting minutes for the next batch sits in a CPU receive, not a GPU kernel.
-
-Every function is a no-op (or the identity) when no process group is initialised, so the
-single-process path needs nothing. This module does not choose devices for models, read
-config, or talk to the pool.
+Without a process group every function is a no-op (or the identity). It does not choose devices
+for models, read config, or talk to the pool.
 """
 
 from __future__ import annotations
@@ -29,21 +25,8 @@ import torch.distributed as dist
 if TYPE_CHECKING:
     from swarm.merge import TrainSeq
 
-__all__ = [
-    "active",
-    "rank",
-    "world_size",
-    "is_main",
-    "local_device",
-    "init_from_env",
-    "shutdown",
-    "shard",
-    "all_reduce_grads",
-    "all_reduce_sums",
-    "broadcast_params",
-    "broadcast_object",
-    "broadcast_batch",
-]
+__all__ = ["active", "rank", "world_size", "is_main", "local_device", "init_from_env", "shutdown", "shard",
+           "all_reduce_grads", "all_reduce_sums", "broadcast_params", "broadcast_object", "broadcast_batch"]
 
 T = TypeVar("T")
 _CONTROL: Any = None  # the gloo group for object broadcasts (None: the default group)
@@ -78,9 +61,8 @@ def local_device(device: str) -> str:
 def init_from_env(device: str = "cpu", timeout_s: float = 24 * 3600) -> bool:
     """Initialise the process group when torchrun set ``WORLD_SIZE > 1``; True when distributed.
 
-    NCCL for CUDA devices (after ``cuda.set_device(LOCAL_RANK)``), gloo otherwise; with NCCL a
-    second, gloo group carries the control messages. ``timeout_s`` bounds every collective,
-    including a follower's wait for the next batch, hence the long default.
+    NCCL for CUDA devices (after ``cuda.set_device(LOCAL_RANK)``; a gloo group carries control
+    messages), else gloo. ``timeout_s`` bounds every collective, a follower's wait for a batch too.
     """
     global _CONTROL
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
@@ -99,9 +81,8 @@ def init_from_env(device: str = "cpu", timeout_s: float = 24 * 3600) -> bool:
 def shutdown() -> None:
     """Wait for every rank, then destroy the process group (if any).
 
-    Without the barrier a rank that finishes first tears down rank 0's store while another is
-    still talking to it, and that rank dies in C++ (``terminate called without an active
-    exception``), as seen on a loaded 2-core machine.
+    Without the barrier a rank finishing first tears down rank 0's store while another still talks
+    to it, which then dies in C++ (``terminate called without an active exception``).
     """
     global _CONTROL
     if dist.is_available() and dist.is_initialized():
@@ -189,9 +170,6 @@ def broadcast_object(obj: T) -> T:
 def broadcast_batch(items: list[TrainSeq] | None, policy: str = "default",
                     version: int | None = None) -> list[TrainSeq] | None:
     """Rank 0 sends the batch it is about to train on ``policy`` (None: stop); returns it on every rank.
-
-    ``version`` (rank 0's policy version before the update) lets followers stay in step even
-    when rank 0 started from a backend's version. Followers receive it in :func:`swarm.update.follow`.
-    """
+    ``version`` (rank 0's, before the update) keeps :func:`swarm.update.follow` in step."""
     msg = broadcast_object(None if items is None else (policy, version, list(items)))
     return None if msg is None else msg[2]
