@@ -7,10 +7,8 @@ training journal audited: was any step trained twice?
 kills (after the update, after publish, after the checkpoint before the ack, after the settle), each
 restarted at once or after the lease TTL; :func:`crash_drill` runs a plan to the end and returns every
 attempt's exit code and the journal audit.
-
-Used by ``tests/flows/test_crash.py`` and ``benchmarks/reliability_bench.py``. It does not start a
-Prefect server (wrap the call in :func:`flows.shutdown.own_prefect_server` to share one) and does not
-judge the result: the caller asserts or reports.
+Used by ``tests/flows/test_crash.py`` and ``benchmarks/reliability_bench.py``; it starts no Prefect
+server (wrap it in :func:`flows.shutdown.own_prefect_server`) and does not judge: the caller does.
 """
 
 from __future__ import annotations

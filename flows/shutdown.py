@@ -1,18 +1,15 @@
 """Clean stops for ``python -m flows.train``: Ctrl-C / SIGTERM finish the current update and exit.
 
-Two pieces:
-
 - :class:`StopSignal`: SIGINT and SIGTERM set a :class:`threading.Event` instead of raising in
-  the middle of a Prefect call; the flow checks it between stages, checkpoints, settles its
-  leases, ends the MLflow run and returns, and ``main`` exits with ``128 + signal`` (130 for
-  Ctrl-C, 143 for SIGTERM) without a traceback. A second signal exits at once (same code).
-- :func:`own_prefect_server`: Prefect's temporary server is normally a child in our process
-  group, so the terminal's Ctrl-C kills it too and every Prefect call after that retries for
-  ~75 s. Unless ``PREFECT_API_URL`` points at a server already, we start that same server
-  (``prefect.server.api.server:create_app`` under uvicorn) in its own session, so it outlives
-  the signal, stop it last, and have the kernel stop it if we die (``PR_SET_PDEATHSIG``).
+  the middle of a Prefect call; the flow checks it between stages, its session checkpoints,
+  settles, ends the MLflow run KILLED, and ``main`` exits with ``128 + signal`` (130 / 143)
+  without a traceback. A second signal exits at once (same code).
+- :func:`own_prefect_server`: Prefect's temporary server, a child in our process group, would
+  die of the terminal's Ctrl-C (every later Prefect call retrying ~75 s); unless ``PREFECT_API_URL``
+  is set we start that server under uvicorn in its own session, stop it last, and have the kernel
+  stop it if we die (``PR_SET_PDEATHSIG``).
 
-Does not know what a flow does; ``flows/train.py`` wires both.
+Does not know what a flow does; ``flows/train.py`` and ``flows/session.py`` wire them.
 """
 
 from __future__ import annotations
@@ -40,11 +37,8 @@ class StopSignal:
         self._previous: dict[int, object] = {}
 
     def install(self) -> threading.Event:
-        """Handle SIGINT and SIGTERM in this process (main thread only; elsewhere a no-op).
-
-        Returns the event to watch: a fresh one unless a signal already arrived (a flow run sets
-        its stop event when it ends, so the next run in this process must not inherit it).
-        """
+        """Handle SIGINT and SIGTERM in this process (main thread only; elsewhere a no-op); returns the
+        event to watch: a fresh one unless a signal arrived (a run sets its event when it ends)."""
         if self.signum is None and self.event.is_set():
             self.event = threading.Event()
         if threading.current_thread() is threading.main_thread():
@@ -93,14 +87,6 @@ runpy.run_module("uvicorn", run_name="__main__", alter_sys=True)
 """
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def own_prefect_server(timeout_s: float | None = None) -> Iterator[str | None]:
     """Run the flows under a Prefect server in its own session (yields its API URL; None: one is set)."""
@@ -112,7 +98,9 @@ def own_prefect_server(timeout_s: float | None = None) -> Iterator[str | None]:
     import httpx
     import prefect
 
-    port = _free_port()
+    from swarm.stack import free_port
+
+    port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
     cmd = [sys.executable, "-c", _CHILD, str(os.getpid()), "--app-dir", str(Path(prefect.__file__).parent.parent),
@@ -145,8 +133,5 @@ def own_prefect_server(timeout_s: float | None = None) -> Iterator[str | None]:
                 raise RuntimeError(f"the Prefect server on {url} did not start in time "
                                    "(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)")
             time.sleep(0.2)
-    try:
-        with temporary_settings(updates={PREFECT_API_URL: url}):
-            yield url
-    finally:
-        pass  # stopped at exit, after Prefect has flushed its logs and events to it
+    with temporary_settings(updates={PREFECT_API_URL: url}):
+        yield url  # the server is stopped at exit, after Prefect has flushed its logs and events to it

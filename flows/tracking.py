@@ -3,11 +3,9 @@ tagged ``swarm.task`` / ``swarm.model`` / ``swarm.campaign``, the flattened conf
 paths and ports, which differ in every run), slash-namespaced metrics with ``step`` = policy
 version, ``summary/*`` run metrics to sort by, readable trajectories and merge stats as artifacts.
 
-Local SQLite store (``sqlite:///outputs/mlruns.db``) by default; ``MLFLOW_TRACKING_URI`` wins over
-that default, and an explicit ``mlflow.tracking_uri`` in the config wins over both (MLflow itself
-exports the variable on ``set_tracking_uri``, so the variable alone cannot mean "the user's choice").
-Artifacts of an experiment this module creates on a SQLite store go to ``mlartifacts/`` next to
-the database file, never into the current directory.
+Store: an explicit ``mlflow.tracking_uri``, else ``MLFLOW_TRACKING_URI`` (MLflow exports it itself, so
+alone it cannot mean "the user's choice"), else ``sqlite:///outputs/mlruns.db``, whose experiments
+keep artifacts in ``mlartifacts/`` beside it, never in the current directory.
 """
 
 from __future__ import annotations
@@ -112,12 +110,11 @@ def flatten(cfg: Any, prefix: str = "") -> dict[str, str]:
 
 
 def open_run(cfg: RunConfig, continue_run_id: str | None = None) -> mlflow.ActiveRun:
-    """Start the run with its name, tags, params and the resolved config; the caller ends it (``with``).
+    """Start the run with its name, tags, params and the resolved config; the caller ends it.
 
-    ``mlflow.nested``: a child of the active run; ``mlflow.parent_run_id``: a child of that run
-    (another process). ``continue_run_id``: reopen that run (a resumed training run keeps one
-    history) when it exists in this tracking store; its params stay, the new config is logged as
-    an artifact.
+    ``mlflow.nested``: a child of the active run; ``mlflow.parent_run_id``: a child of that run (another
+    process). ``continue_run_id``: reopen that run (a resumed run keeps one history) if this store has
+    it; its params stay, the new config is logged as an artifact.
     """
     mcfg = cfg.mlflow
     mlflow.set_tracking_uri(tracking_uri(mcfg.tracking_uri))

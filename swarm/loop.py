@@ -1,5 +1,6 @@
-"""The training loop's stages as plain functions over the pool: snapshot -> decide -> lease ->
-measure. ``flows/train.py`` wraps each as a Prefect task; tests call them directly.
+"""The training loop's pool-side stages as plain functions: snapshot -> decide -> lease -> measure.
+:mod:`swarm.update` runs them in an update's order; the flow (``flows/run.py``) wraps wait and lease as
+Prefect tasks; tests call them directly.
 
 It does not train (:mod:`swarm.train`) and does not talk HTTP: it reads the pool directly.
 """

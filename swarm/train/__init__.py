@@ -1,14 +1,15 @@
 """Training: advantages, losses, the update loop, weight publishing and checkpoints.
 
-Typical flow (``flows/train.py``)::
+One update (in full: :func:`swarm.update.run_update`, which the flow, ``flows/run.py``, runs)::
 
     items = items_from_steps(leased_steps)              # rewards -> GRPO advantages
     metrics = trainer.update(items)                     # merge + one optimizer step
-    version, pub = trainer.publish()                    # peft adapter -> backend, version + 1
-    trainer.save_checkpoint(extra={"lease": lease_id})  # then ack the lease
+    ledger.publish()                                    # adapter -> backend, version + 1 -> pool
+    ledger.trained(lease_id, step_ids)                  # pending until the next checkpoint
+    ledger.commit()                                     # checkpoint, then the ledger settles the leases
 
 Pure functions (``advantages``, ``losses``) hold the RL math; ``Trainer`` holds the state.
-Under torchrun, ``distributed`` makes the update data parallel (rank 0 leads, others ``follow``).
+Under torchrun, ``distributed`` makes the update data parallel (rank 0 leads, others ``swarm.update.follow``).
 """
 
 from __future__ import annotations
@@ -30,26 +31,10 @@ _LAZY = {
     "Trainer": "swarm.train.trainer",
 }
 
-__all__ = [
-    "assign_credit",
-    "group_keys",
-    "grpo_advantages",
-    "advantage_stats",
-    "ppo_clip_loss",
-    "k3_kl",
-    "item_token_weights",
-    "target_logprobs",
-    "items_from_steps",
-    "LoraSpec",
-    "TrainConfig",
-    "Trainer",
-    "Ledger",
-    "adapter_state",
-    "save_adapter",
-    "commit_checkpoint",
-    "load_latest_checkpoint",
-    "distributed",
-]
+__all__ = ["assign_credit", "group_keys", "grpo_advantages", "advantage_stats", "ppo_clip_loss", "k3_kl",
+           "item_token_weights", "target_logprobs", "items_from_steps", "LoraSpec", "TrainConfig",
+           "Trainer", "Ledger", "adapter_state", "save_adapter", "commit_checkpoint",
+           "load_latest_checkpoint", "distributed"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,12 +1,9 @@
 """Atomic trainer checkpoints: a directory per committed update and a LATEST pointer.
 
-A checkpoint holds the trainable weights, the optimizer state, the update count, policy
-versions, the torch RNG state and a caller-provided ``extra`` dict (e.g. the last acked lease).
-It is written to a temp directory, fsynced, renamed to ``ckpt-<update>`` and only then named in
-``LATEST`` (written with ``os.replace``): a crash at any point leaves the previous checkpoint
-intact and loadable. Older checkpoints beyond ``keep`` are removed after the commit.
-
-This module stores dicts; it does not know what a trainer is.
+A checkpoint (a dict: trainable weights, optimizer, update count, versions, RNG, the caller's
+``extra``) is written to a temp directory, fsynced, renamed to ``ckpt-<update>`` and only then
+named in ``LATEST`` (``os.replace``): a crash at any point leaves the previous one loadable. Older
+checkpoints beyond ``keep`` are removed after the commit. It does not know what a trainer is.
 """
 
 from __future__ import annotations

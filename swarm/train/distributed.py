@@ -1,19 +1,15 @@
 """Data-parallel training over ``torch.distributed``: rank 0 leads, the other ranks follow.
 
 Under ``torchrun --nproc_per_node=N`` every rank holds the same :class:`~swarm.train.Trainer`.
-Rank 0 alone runs the flow (pool, gateway, publishing, MLflow); it sends each batch of
-``TrainSeq`` to the others (:func:`broadcast_batch`), which run :func:`follow`. Inside
-``Trainer.update`` each rank forwards and backwards only its share of the micro-batches
-(:func:`shard`); the per-token loss weights are normalised over the whole batch, so the SUM of
-the ranks' gradients (:func:`all_reduce_grads`) is exactly the full-batch gradient, and every
-rank then clips and steps identically: the weights stay in sync without DDP wrappers.
+Rank 0 alone runs the flow; it sends each batch to the others (:func:`broadcast_batch`), which
+run :func:`swarm.update.follow`. Each rank forwards and backwards its share of the micro-batches
+(:func:`shard`); loss weights are normalised over the whole batch, so the SUM of the ranks'
+gradients (:func:`all_reduce_grads`) is the full-batch gradient and every rank steps identically,
+in sync without DDP wrappers. Control messages travel on a gloo group even when gradients use
+NCCL, so a follower waiting for the next batch sits in a CPU receive, not a GPU kernel.
 
-Control messages (configs, batches) travel on a gloo group even when gradients use NCCL, so a
-follower waiting minutes for the next batch sits in a CPU receive, not a GPU kernel.
-
-Every function is a no-op (or the identity) when no process group is initialised, so the
-single-process path needs nothing. This module does not choose devices for models, read
-config, or talk to the pool.
+Without a process group every function is a no-op (or the identity). It does not choose devices
+for models, read config, or talk to the pool.
 """
 
 from __future__ import annotations
@@ -28,24 +24,9 @@ import torch.distributed as dist
 
 if TYPE_CHECKING:
     from swarm.merge import TrainSeq
-    from swarm.train.trainer import Trainer
 
-__all__ = [
-    "active",
-    "rank",
-    "world_size",
-    "is_main",
-    "local_device",
-    "init_from_env",
-    "shutdown",
-    "shard",
-    "all_reduce_grads",
-    "all_reduce_sums",
-    "broadcast_params",
-    "broadcast_object",
-    "broadcast_batch",
-    "follow",
-]
+__all__ = ["active", "rank", "world_size", "is_main", "local_device", "init_from_env", "shutdown", "shard",
+           "all_reduce_grads", "all_reduce_sums", "broadcast_params", "broadcast_object", "broadcast_batch"]
 
 T = TypeVar("T")
 _CONTROL: Any = None  # the gloo group for object broadcasts (None: the default group)
@@ -80,9 +61,8 @@ def local_device(device: str) -> str:
 def init_from_env(device: str = "cpu", timeout_s: float = 24 * 3600) -> bool:
     """Initialise the process group when torchrun set ``WORLD_SIZE > 1``; True when distributed.
 
-    NCCL for CUDA devices (after ``cuda.set_device(LOCAL_RANK)``), gloo otherwise; with NCCL a
-    second, gloo group carries the control messages. ``timeout_s`` bounds every collective,
-    including a follower's wait for the next batch, hence the long default.
+    NCCL for CUDA devices (after ``cuda.set_device(LOCAL_RANK)``; a gloo group carries control
+    messages), else gloo. ``timeout_s`` bounds every collective, a follower's wait for a batch too.
     """
     global _CONTROL
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
@@ -101,9 +81,8 @@ def init_from_env(device: str = "cpu", timeout_s: float = 24 * 3600) -> bool:
 def shutdown() -> None:
     """Wait for every rank, then destroy the process group (if any).
 
-    Without the barrier a rank that finishes first tears down rank 0's store while another is
-    still talking to it, and that rank dies in C++ (``terminate called without an active
-    exception``), as seen on a loaded 2-core machine.
+    Without the barrier a rank finishing first tears down rank 0's store while another still talks
+    to it, which then dies in C++ (``terminate called without an active exception``).
     """
     global _CONTROL
     if dist.is_available() and dist.is_initialized():
@@ -131,11 +110,11 @@ def _buckets(tensors: list[torch.Tensor]) -> Iterator[list[torch.Tensor]]:
         yield bucket
 
 
-def _all_reduce_(tensors: list[torch.Tensor]) -> None:
-    """In-place SUM over ranks, a few coalesced calls instead of one per tensor."""
+def _coalesced_(tensors: list[torch.Tensor], op: Any) -> None:
+    """``op`` (all-reduce, broadcast) in place on ``tensors``: a few flattened buckets, not one call per tensor."""
     for bucket in _buckets(tensors):
         flat = torch.cat([t.reshape(-1) for t in bucket])
-        dist.all_reduce(flat)
+        op(flat)
         offset = 0
         for t in bucket:
             t.copy_(flat[offset : offset + t.numel()].view_as(t))
@@ -158,7 +137,7 @@ def all_reduce_grads(params: Sequence[torch.nn.Parameter]) -> None:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             grads.append(p.grad)
-    _all_reduce_(grads)
+    _coalesced_(grads, dist.all_reduce)  # SUM over ranks
 
 
 def all_reduce_sums(sums: Mapping[str, float], device: torch.device | str = "cpu") -> dict[str, float]:
@@ -176,14 +155,7 @@ def broadcast_params(params: Sequence[torch.nn.Parameter]) -> None:
     if not active() or not params:
         return
     with torch.no_grad():
-        tensors = [p.data for p in params]
-        for bucket in _buckets(tensors):
-            flat = torch.cat([t.reshape(-1) for t in bucket])
-            dist.broadcast(flat, src=0)
-            offset = 0
-            for t in bucket:
-                t.copy_(flat[offset : offset + t.numel()].view_as(t))
-                offset += t.numel()
+        _coalesced_([p.data for p in params], lambda flat: dist.broadcast(flat, src=0))
 
 
 def broadcast_object(obj: T) -> T:
@@ -198,28 +170,6 @@ def broadcast_object(obj: T) -> T:
 def broadcast_batch(items: list[TrainSeq] | None, policy: str = "default",
                     version: int | None = None) -> list[TrainSeq] | None:
     """Rank 0 sends the batch it is about to train on ``policy`` (None: stop); returns it on every rank.
-
-    ``version`` (rank 0's policy version before the update) lets followers stay in step even
-    when rank 0 started from a backend's version. Followers call :func:`follow` instead.
-    """
+    ``version`` (rank 0's, before the update) keeps :func:`swarm.update.follow` in step."""
     msg = broadcast_object(None if items is None else (policy, version, list(items)))
     return None if msg is None else msg[2]
-
-
-def follow(trainers: Trainer | Mapping[str, Trainer]) -> int:
-    """Ranks > 0: run rank 0's updates until it broadcasts None; returns the number of updates.
-
-    Each update is ``trainer.update`` (the all-reduces pair with rank 0's) then
-    ``trainer.publish`` (on a follower it only bumps the version).
-    """
-    by_policy = {trainers.policy: trainers} if not isinstance(trainers, Mapping) else dict(trainers)
-    n = 0
-    while (msg := broadcast_object(None)) is not None:
-        policy, version, items = msg
-        trainer = by_policy[policy] if len(by_policy) > 1 else next(iter(by_policy.values()))
-        if version is not None:
-            trainer.version = int(version)
-        trainer.update(items)
-        trainer.publish()
-        n += 1
-    return n

@@ -1,8 +1,7 @@
 """Crash points for reliability tests: ``SWARM_CRASH_AT=<point>[:<n>]`` SIGKILLs this process the
-n-th time (default first) it passes ``<point>``. Unset (always, outside tests) it does nothing.
-
-The points are the boundaries of an update: ``after_update``, ``after_publish``,
-``after_checkpoint`` (committed, leases not settled yet) and ``after_settle``.
+n-th time (default first) it passes ``<point>``. Unset (always, outside tests) it does nothing. The points
+are an update's boundaries (:mod:`swarm.update`): ``after_update``, ``after_publish``, ``after_checkpoint``
+(committed, leases not settled yet) and ``after_settle``.
 """
 
 from __future__ import annotations

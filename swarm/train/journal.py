@@ -1,9 +1,7 @@
 """The training journal: one JSON line per update (which lease, which steps, which process) and
 per resume, next to the checkpoints, so "was any step trained twice?" is a question with an answer.
-
-:func:`append` writes a line (flushed: a SIGKILL keeps it); :func:`audit` replays a journal:
-an update survives when no later resume went back before it (its weights were checkpointed
-before the restart), and the surviving updates must name every step at most once.
+:func:`append` writes a line (flushed: a SIGKILL keeps it); :func:`audit` replays a journal: an update
+survives when no later resume went back before it, and survivors must name every step at most once.
 It does not checkpoint or lease anything.
 """
 

@@ -1,22 +1,17 @@
-"""Exactly-once bookkeeping for one trainer: checkpoint cadence, pending leases, settle on resume.
+"""Exactly-once bookkeeping for one trainer: a leased step is trained at most once, whatever
+crashes and however late the restart, and none is lost (docs/reliability.md):
 
-The promise: a leased step is trained at most once, whatever crashes and however late the
-restart, and none is lost. The design (docs/reliability.md):
-
-- After each update the lease's trained step ids join ``pending``; they are **not** acked yet.
+- After each update its lease's trained step ids join ``pending``, not settled yet; while held,
+  they are renewed right before this trainer leases again, so its own lease never takes them back.
 - Every ``every`` updates (and on a clean stop) :meth:`Ledger.commit` writes a checkpoint whose
-  ``extra["pending"]`` lists ``(lease_id, step_ids, version)`` of every update it contains, and
-  only then settles those steps in the pool (consumed by the version their update produced).
-- A crash after the checkpoint and before the settle: :meth:`Ledger.resume` settles the
-  checkpoint's pending steps, also when their leases expired long ago (``Pool.settle``), so
-  they are never leased again. A crash before the checkpoint: those updates are lost with the
-  weights; their leases expire and the steps are trained (once) after the restart.
-- While held, pending leases are renewed right before this trainer leases again, so its own
-  next lease can never take them back.
-- Versions are never reused: if the pool already has versions newer than the checkpoint (a
-  crash after publishing), the restored weights are published as a new version.
+  ``extra["pending"]`` lists ``(lease_id, step_ids, version)``, and only then settles them.
+- :meth:`Ledger.resume` settles the checkpoint's pending steps (a crash before the settle), even
+  with long-expired leases; updates after the checkpoint are lost with their weights, and their
+  steps are trained (once) after the restart. Versions the pool has beyond the checkpoint (a
+  crash after publishing) are never reused: the restored weights get a new version.
 
-Assumes one trainer per policy and pool (what ``flows.train`` runs). It does not lease or log.
+The one writer of policy versions into the pool (:meth:`Ledger.publish`). One trainer per policy
+and pool (what ``flows.run`` runs). It does not lease or log.
 """
 
 from __future__ import annotations
@@ -27,7 +22,7 @@ from typing import Any
 from swarm.errors import LeaseError
 from swarm.train import journal
 from swarm.train.faults import crash_point
-from swarm.train.publish import save_adapter
+from swarm.train.publish import adapter_state, save_adapter
 
 __all__ = ["Ledger"]
 
@@ -65,17 +60,20 @@ class Ledger:
                                                "version": self.trainer.version, "lease_id": lease_id,
                                                "steps": list(step_ids)})
 
+    def publish(self, save: bool = True, **metadata: Any) -> dict[str, float]:
+        """Weights into the backend, version + 1, and that version (with ``metadata``) into the pool."""
+        record, metrics = self.trainer.publish(save=save)
+        self.pool.add_policy_version(record.model_copy(update={"metadata": metadata}) if metadata else record)
+        return metrics
+
     def renew(self) -> None:
         """Keep the pending leases reserved (call right before leasing again)."""
         for lease_id, _, _ in self.pending:
             self.pool.renew(lease_id, self.ttl_s)
 
     def commit(self, extra: dict[str, Any] | None = None) -> tuple[Path, Path | None] | None:
-        """Checkpoint (with the pending leases), then settle them; returns (checkpoint, adapter dir).
-
-        None when nothing changed since the last checkpoint. The adapter of the current version
-        is saved next to the checkpoint's (``out_dir/adapters/<policy>/v<version>``) if missing.
-        """
+        """Checkpoint (with the pending leases), then settle them; returns (checkpoint, adapter dir), None when
+        nothing changed. The current version's adapter (``out_dir/adapters/<policy>/v<version>``) is saved if missing."""
         if not self.dirty():
             return None
         tr = self.trainer
@@ -96,10 +94,7 @@ class Ledger:
     # -- restart ----------------------------------------------------------------------------
     def resume(self, load: bool = True) -> dict[str, Any] | None:
         """Restore the last checkpoint, settle what it contains, publish its weights; returns its extra.
-
-        ``load=False`` (``train.resume=false``) keeps the fresh weights but still never reuses a
-        version number the pool already has.
-        """
+        ``load=False`` (``train.resume=false``) keeps fresh weights, still never reusing a pool's version."""
         tr = self.trainer
         extra = tr.resume() if load else None
         if extra is not None:
@@ -119,8 +114,7 @@ class Ledger:
         latest = self.pool.latest_version(tr.policy)
         if latest > tr.version:  # versions after the checkpoint were served: never reuse a number
             tr.version = latest
-            record, _ = tr.publish(save=True)
-            self.pool.add_policy_version(record.model_copy(update={"metadata": {"restored_update": tr.updates}}))
+            self.publish(save=True, restored_update=tr.updates)
         elif extra is not None and tr.backend is not None:
-            tr.backend.load_weights(tr.policy, tr.adapter_state(), tr.version)
+            tr.backend.load_weights(tr.policy, adapter_state(tr.model), tr.version)
         return extra

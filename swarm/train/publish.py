@@ -7,8 +7,7 @@ whole ``state_dict``. Tensors are detached CPU clones, so later training cannot 
 published version. :func:`save_adapter` writes ``save_pretrained`` output (``adapter_config.json``
 + ``adapter_model.safetensors``, what transformers, peft and vLLM's ``--lora-modules`` /
 ``/v1/load_lora_adapter`` load) atomically: a temp dir renamed into place.
-
-Does not bump versions by itself; the trainer owns the version counter.
+Does not bump versions: the trainer owns the version counter.
 """
 
 from __future__ import annotations

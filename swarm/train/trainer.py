@@ -1,22 +1,13 @@
-"""The update loop: merge a batch, accumulate gradients over packed rows, step, publish.
+"""The trainer: a model (peft LoRA or full fine-tune), an AdamW optimizer and the policy version.
 
-:class:`Trainer` owns a model (peft LoRA or full fine-tune), an AdamW optimizer and the policy
-version counter. :meth:`Trainer.update` runs exactly one optimizer step on a list of
-:class:`~swarm.merge.TrainSeq`: merge (``none`` / ``timeline`` / ``tree``), micro-batches up to
-the token budget, PPO-clip (+ optional k3 KL to the adapter-disabled base) with weights fixed
-over the whole batch, so accumulation equals the full-batch gradient (the tensor pieces live in
-``swarm.train.batch_loss``); then grad clipping and the step. :meth:`Trainer.publish` saves
-the adapter in peft format, calls the backend's ``load_weights(policy, adapter_state,
-version)`` and bumps the version.
-:meth:`Trainer.save_checkpoint` / :meth:`Trainer.resume` make the loop restartable.
-
-When a ``torch.distributed`` process group is initialised (torchrun), the update is data
-parallel (``swarm.train.distributed``): each rank runs its share of the micro-batches, the
-gradients and metric sums are summed over ranks before clipping, every rank steps identically,
-and only rank 0 writes adapters and checkpoints or calls the backend.
-
-It does not lease or ack pool batches, compute advantages, or log: callers do, with the
-metrics dict each call returns.
+:meth:`Trainer.update` is one optimizer step on a list of :class:`~swarm.merge.TrainSeq`: merge
+(``none`` / ``timeline`` / ``tree``), micro-batches within the token budget, PPO-clip (+ optional k3
+KL to the adapter-disabled base) with weights fixed over the whole batch, so accumulation equals
+the full-batch gradient (``swarm.train.batch_loss``); then clipping and the step. :meth:`Trainer.publish`
+saves the peft adapter, calls the backend's ``load_weights(policy, state, version)``, bumps the
+version; :meth:`Trainer.save_checkpoint` / :meth:`Trainer.resume` make it restartable. Under torchrun
+the update is data parallel (``swarm.train.distributed``); only rank 0 writes or calls the backend.
+It does not lease, settle, compute advantages or log (``swarm.update`` and the flow do).
 """
 
 from __future__ import annotations
@@ -48,26 +39,15 @@ __all__ = ["Trainer"]
 class Trainer:
     """One policy's trainer. ``backend`` is anything with ``load_weights(policy, state, version)``.
 
-    ``device`` moves the model (and ``ref_model``) there, e.g. ``"cuda:0"``; None leaves them
-    where they are. ``tokenizer`` (an HF tokenizer or its path; default the backend's) replays the
-    grammar of constrained steps so they are scored under their sampling masks. Under torch.distributed the trainable weights start as rank 0's.
-    With ``config.attention == "flex"`` the model (a shared base: for every policy on it) is
-    switched to flex attention for good.
+    ``device`` moves the model (and ``ref_model``) there (None: where they are). ``tokenizer`` (HF
+    tokenizer or path; default the backend's) replays constrained steps' grammars, so they are scored
+    under their sampling masks. Under torch.distributed the trainable weights start as rank 0's. With
+    ``config.attention == "flex"`` the model (a shared base: every policy on it) switches for good.
     """
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        config: TrainConfig | None = None,
-        *,
-        policy: str = "default",
-        backend: Any = None,
-        out_dir: str | Path | None = None,
-        ref_model: torch.nn.Module | None = None,
-        version: int | None = None,
-        device: str | torch.device | None = None,
-        tokenizer: Any = None,
-    ) -> None:
+    def __init__(self, model: torch.nn.Module, config: TrainConfig | None = None, *, policy: str = "default",
+                 backend: Any = None, out_dir: str | Path | None = None, ref_model: torch.nn.Module | None = None,
+                 version: int | None = None, device: str | torch.device | None = None, tokenizer: Any = None) -> None:
         self.config = config or TrainConfig()
         tokenizer = tokenizer if tokenizer is not None else getattr(backend, "tokenizer", None)
         self.constraints = None if tokenizer is None else ConstraintReplay(tokenizer)
@@ -78,17 +58,9 @@ class Trainer:
             from peft import LoraConfig, get_peft_model
 
             spec = self.config.lora
-            model = get_peft_model(
-                model,
-                LoraConfig(
-                    r=spec.rank,
-                    lora_alpha=spec.alpha,
-                    lora_dropout=spec.dropout,
-                    target_modules=spec.target_modules if isinstance(spec.target_modules, str)
-                    else list(spec.target_modules),
-                    task_type="CAUSAL_LM",
-                ),
-            )
+            targets = spec.target_modules if isinstance(spec.target_modules, str) else list(spec.target_modules)
+            model = get_peft_model(model, LoraConfig(r=spec.rank, lora_alpha=spec.alpha, lora_dropout=spec.dropout,
+                                                     target_modules=targets, task_type="CAUSAL_LM"))
         if device is not None:
             model = model.to(device)
             ref_model = None if ref_model is None else ref_model.to(device)
@@ -102,9 +74,8 @@ class Trainer:
         if not params:
             raise ValidationError("the model has no trainable parameters")
         distributed.broadcast_params(params)  # e.g. LoRA's random init: rank 0's everywhere
-        self.optimizer = torch.optim.AdamW(
-            params, lr=self.config.lr, betas=self.config.betas, weight_decay=self.config.weight_decay
-        )
+        self.optimizer = torch.optim.AdamW(params, lr=self.config.lr, betas=self.config.betas,
+                                           weight_decay=self.config.weight_decay)
         if version is None:
             version = backend.version(policy) if backend is not None and hasattr(backend, "version") else 0
         self.version = int(version)
@@ -213,16 +184,9 @@ class Trainer:
 
     # -- publishing ---------------------------------------------------------------------------
 
-    def adapter_state(self) -> dict[str, torch.Tensor]:
-        """What ``publish`` sends: peft adapter weights (LoRA) or the full state dict."""
-        return adapter_state(self.model)
-
     def publish(self, save: bool = True) -> tuple[PolicyVersion, dict[str, float]]:
-        """Save (when ``out_dir`` is set and ``save``), load into the backend, bump the version.
-
-        Under torch.distributed only rank 0 saves and loads; the others just bump the version
-        (the record still names the path rank 0 wrote).
-        """
+        """Save (when ``out_dir`` is set and ``save``), load into the backend, bump the version; under
+        torch.distributed only rank 0 saves and loads (the record names the path rank 0 wrote)."""
         t0 = time.perf_counter()
         version = self.version + 1
         path = None
@@ -231,39 +195,22 @@ class Trainer:
             if distributed.is_main():
                 path = save_adapter(self.model, path, policy=self.policy, version=version)
         if self.backend is not None and distributed.is_main():
-            self.backend.load_weights(self.policy, self.adapter_state(), version)
+            self.backend.load_weights(self.policy, adapter_state(self.model), version)
         self.version = version
         record = PolicyVersion(policy=self.policy, version=version, adapter_path=None if path is None else str(path))
         return record, {"time/publish_s": time.perf_counter() - t0, "policy/version": float(version)}
 
-    def step(self, items: list[TrainSeq]) -> dict[str, float]:
-        """``update`` then ``publish``: one committed policy version."""
-        metrics = self.update(items)
-        _, pub = self.publish()
-        metrics.update(pub)
-        return metrics
-
     # -- checkpoint / resume ------------------------------------------------------------------
 
     def save_checkpoint(self, root: str | Path | None = None, extra: dict[str, Any] | None = None) -> Path:
-        """Commit trainable weights, optimizer, versions and ``extra`` atomically.
-
-        Under torch.distributed only rank 0 writes (every rank holds the same state); the
-        others return the path rank 0 commits to.
-        """
+        """Commit trainable weights, optimizer, versions and ``extra`` atomically; under torch.distributed
+        only rank 0 writes (every rank holds the same state), the others return its path."""
         root = self._ckpt_root(root)
         if not distributed.is_main():
             return root / f"ckpt-{self.updates:08d}"
         trainable = {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad}
-        state = {
-            "updates": self.updates,
-            "policy": self.policy,
-            "version": self.version,
-            "trainable": trainable,
-            "optimizer": self.optimizer.state_dict(),
-            "rng": torch.get_rng_state(),
-            "extra": dict(extra or {}),
-        }
+        state = {"updates": self.updates, "policy": self.policy, "version": self.version, "trainable": trainable,
+                 "optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state(), "extra": dict(extra or {})}
         return commit_checkpoint(root, self.updates, state)
 
     def resume(self, root: str | Path | None = None) -> dict[str, Any] | None:

@@ -164,7 +164,8 @@ def test_one_update_publishes_what_the_backend_then_serves(served: Any, smollm2_
     spec = LoraSpec(rank=8, alpha=16, target_modules=["q_proj", "v_proj"])
     trainer = Trainer.from_pretrained(smollm2_path, TrainConfig(lr=1e-2, lora=spec, pad_id=2), backend=backend,
                                       out_dir=tmp_path)
-    metrics = trainer.step(items_from_steps(steps, episode_rewards=rewards))
+    metrics = trainer.update(items_from_steps(steps, episode_rewards=rewards))
+    trainer.publish()
     assert backend.version("default") == trainer.version == 1 and metrics["train/grad_norm"] > 0
     probe = torch.tensor([steps[0].prompt_ids + steps[0].response_ids])
     trainer.model.eval()

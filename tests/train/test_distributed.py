@@ -14,6 +14,7 @@ from tiny_llama import make_tiny_llama
 from swarm.merge import merge_items, micro_batches
 from swarm.merge.synthetic import multiturn_items
 from swarm.train import LoraSpec, TrainConfig, Trainer, distributed
+from swarm.update import follow
 
 UPDATES = 2
 # full: a small budget -> 3 micro-batches, split 2 + 1 over the ranks;
@@ -63,7 +64,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
                 distributed.broadcast_batch(None)
                 n = UPDATES
             else:
-                n = distributed.follow(trainer)
+                n = follow(trainer)
                 trainer.save_checkpoint()
             torch.save({"weights": _trainable(trainer), "metrics": metrics, "loads": backend.loads,
                         "version": trainer.version, "updates": n}, Path(out) / name / f"result{rank}.pt")

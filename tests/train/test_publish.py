@@ -34,7 +34,8 @@ def test_publish_saves_peft_adapter_and_bumps_version(tmp_path):
     trainer = Trainer(make_tiny_llama(seed=5), TrainConfig(lr=1e-2, lora=LoraSpec(rank=4)), policy="wolf",
                       backend=backend, out_dir=tmp_path)
     assert trainer.version == 3  # starts from what the backend serves
-    metrics = trainer.step(multiturn_items(0))
+    metrics = trainer.update(multiturn_items(0))
+    metrics.update(trainer.publish()[1])
     assert metrics["policy/version"] == 4.0 and "time/publish_s" in metrics
     policy, state, version = backend.loaded[-1]
     assert (policy, version) == ("wolf", 4)
@@ -58,7 +59,8 @@ def test_publish_saves_peft_adapter_and_bumps_version(tmp_path):
 def test_full_finetune_publishes_the_state_dict(tmp_path):
     backend = RecordingBackend()
     trainer = Trainer(make_tiny_llama(), TrainConfig(lr=1e-3, lora=None), backend=backend, out_dir=tmp_path)
-    trainer.step(multiturn_items(0))
+    trainer.update(multiturn_items(0))
+    trainer.publish()
     _, state, version = backend.loaded[-1]
     assert version == 4 and "model.embed_tokens.weight" in state
     assert (tmp_path / "adapters" / "default" / "v000004" / "config.json").exists()
@@ -76,7 +78,8 @@ def test_served_policy_matches_trained_bit_for_bit(tiny_model_path, tmp_path):
         probe = torch.tensor([backend.encode("default", "hello world, how are you?")])
         with torch.no_grad():
             served_before = backend.model(probe).logits.clone()
-        trainer.step(multiturn_items(0, vocab=200))
+        trainer.update(multiturn_items(0, vocab=200))
+        trainer.publish()
         assert backend.version("default") == trainer.version == 1
         trainer.model.eval()
         with torch.no_grad():

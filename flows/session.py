@@ -1,0 +1,179 @@
+"""The training run's session: :func:`open_session` starts, on one :class:`contextlib.ExitStack`, the
+Ctrl-C / SIGTERM handlers (:mod:`flows.shutdown`), the pool, the policy backend, the trainers and ledgers
+(resumed), the gateway, the MLflow run and the workers; leaving it (success, Ctrl-C, SIGTERM, no batch
+in time, any error) undoes them in reverse, a clean stop first checkpointing every trainer (published
+version = checkpoint = MLflow step). A stage failing to start raises :class:`StartError` naming it
+("starting the gateway failed: ..."). It neither trains (:mod:`swarm.update`) nor builds components.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flows import console, shutdown, tracking
+from flows.components import gateway_settings, make_gateway_backend, make_pool, model_dtype, trainer_model_path
+from flows.config import RunConfig, make_train_config
+from flows.workers import start_workers
+from swarm import loop
+from swarm.stack import start_stack
+from swarm.train import Ledger, Trainer, distributed
+from swarm.train.base_model import policy_models
+
+__all__ = ["StartError", "Session", "open_session", "make_trainers"]
+
+
+class StartError(RuntimeError):
+    """A session stage failed to start; the message names the stage, the cause is chained."""
+
+
+@dataclass
+class Session:
+    """What a started run holds, and how it ended (``status``, ``reason``) once the session closes."""
+
+    cfg: RunConfig
+    stop: threading.Event
+    pool: Any = None
+    backend: Any = None
+    stack: Any = None
+    run: Any = None
+    ledgers: dict[str, Ledger] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)
+    status: str = "FAILED"  # until every stage started
+    reason: str = ""
+    values: dict[str, float] = field(default_factory=dict)
+    t_start: float = field(default_factory=time.time)
+
+    def updates(self) -> int:
+        """Updates every trainer has done (the run's progress)."""
+        return min(led.trainer.updates for led in self.ledgers.values())
+
+    def version(self) -> int:
+        """The newest published policy version: the MLflow step."""
+        return max(led.trainer.version for led in self.ledgers.values())
+
+    def record(self, row: dict[str, float]) -> None:
+        """Log one update's row to MLflow at the current version and keep it for the summary."""
+        tracking.log_metrics(row, step=self.version())
+        self.history.append(row)
+
+
+def _start(stage: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``; a failure becomes a :class:`StartError` naming ``stage``."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        raise StartError(f"starting {stage} failed: {exc}") from exc
+
+
+def make_trainers(cfg: RunConfig, tc: Any, backend: Any = None) -> dict[str, Trainer]:
+    """One Trainer per policy: a shared frozen base (``model.dtype``) with a LoRA adapter each (full FT: a copy each)."""
+    path = trainer_model_path(cfg.model)
+    models = policy_models(path, tc.lora, cfg.policies, dtype=model_dtype(cfg.model),
+                           device=distributed.local_device(cfg.train.device),
+                           gradient_checkpointing=cfg.train.gradient_checkpointing)
+    return {p: Trainer(models[p], tc, policy=p, backend=backend, out_dir=cfg.train.out_dir, tokenizer=path)
+            for p in cfg.policies}
+
+
+def _ledgers(cfg: RunConfig, pool: Any, backend: Any) -> dict[str, Ledger]:
+    """The trainers (their TrainConfig sent to torchrun followers) and ledgers, resumed from the last checkpoint."""
+    pad = int(getattr(getattr(backend, "tokenizer", None), "pad_token_id", 0) or 0)
+    tc = distributed.broadcast_object(make_train_config(cfg.algo, cfg.task.temperature, pad_id=pad))
+    ledgers = {p: Ledger(tr, pool, every=cfg.train.checkpoint_every, ttl_s=cfg.train.lease_ttl_s)
+               for p, tr in make_trainers(cfg, tc, backend).items()}
+    for led in ledgers.values():
+        led.resume(load=cfg.train.resume)
+    return ledgers
+
+
+def _open_run(s: Session, out: Path) -> Any:
+    """Open (or, resuming, continue) the MLflow run and say where everything is."""
+    f = out / "mlflow_run.json"
+    previous = json.loads(f.read_text()).get("run_id") if s.cfg.train.resume and f.exists() else None
+    run = tracking.open_run(s.cfg, continue_run_id=previous)
+    f.write_text(json.dumps({"run_id": run.info.run_id}))
+    console.where(gateway=s.stack.url, run_dir=out, mlflow_uri=tracking.tracking_uri(s.cfg.mlflow.tracking_uri),
+                  experiment=s.cfg.mlflow.experiment, run_name=run.info.run_name, run_id=run.info.run_id,
+                  model=trainer_model_path(s.cfg.model))
+    if s.updates():
+        console.say(f"resuming from update {s.updates()} (policy version {s.version()}); "
+                    f"train.updates={s.cfg.train.updates} is the total")
+    return run
+
+
+def _end_run(s: Session) -> None:
+    """Log the merge stats, the summary and the eval games, then end the MLflow run with the session's status."""
+    tracking.mlflow.log_dict({"per_update": [{k: v for k, v in row.items() if k.startswith("merge/")}
+                                             for row in s.history]}, "merge_stats.json")
+    s.values = console.summary_values(s.history, time.time() - s.t_start)
+    tracking.log_summary(s.values)
+    tracking.log_metrics(loop.eval_summary(s.pool, s.t_start, policies=s.cfg.policies), step=s.version())
+    if s.reason:
+        tracking.mlflow.set_tag("swarm.failure", s.reason)
+        console.say(f"[red]run FAILED[/red]: {s.reason}")
+    tracking.mlflow.end_run(s.status)
+
+
+def _stop_workers(stop: threading.Event, futures: list[Any], procs: list[subprocess.Popen]) -> None:
+    stop.set()
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for f in futures:
+        f.wait(30)
+
+
+def _final_checkpoint(s: Session, checkpoint: Callable[[Ledger, dict[str, Any]], Any]) -> None:
+    """A clean stop (not a crash): checkpoint every trainer and release the torchrun followers."""
+    if shutdown.STOP.signum is not None and s.status == "FINISHED":
+        s.status = "KILLED"
+    if s.status != "FAILED" or s.reason:
+        for led in s.ledgers.values():
+            checkpoint(led, {"mlflow_run_id": s.run.info.run_id})
+        distributed.broadcast_batch(None)  # on a failure torchrun ends the followers
+
+
+@contextlib.contextmanager
+def open_session(cfg: RunConfig, checkpoint: Callable[[Ledger, dict[str, Any]], Any]) -> Iterator[Session]:
+    """Start the run's stages in order (see the module docstring); ``checkpoint`` commits a ledger at a clean stop."""
+    out = Path(cfg.train.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as es:
+        s = Session(cfg, shutdown.STOP.install())  # Prefect swapped in its own SIGTERM handler for the flow run
+        es.callback(shutdown.STOP.restore)
+        s.pool = _start("the pool", make_pool, cfg.pool)
+        es.callback(s.pool.close)
+        s.backend = _start("the policy backend", make_gateway_backend, cfg)
+        es.callback(getattr(s.backend, "close", lambda: None))
+        s.ledgers = _start("the trainers", _ledgers, cfg, s.pool, s.backend)
+        s.stack = _start("the gateway", start_stack, s.pool, s.backend, gateway_settings(cfg.gateway),
+                         host=cfg.gateway.get("host", "127.0.0.1"), port=int(cfg.gateway.get("port", 0)))
+        es.callback(s.stack.stop)
+        s.run = _start("the MLflow run", _open_run, s, out)
+        es.callback(_end_run, s)
+        futures: list[Any] = []
+        procs: list[subprocess.Popen] = []
+        es.callback(_stop_workers, s.stop, futures, procs)
+        futures += _start("the workers", start_workers, cfg.runner, s.stack.url, cfg.task.model_dump(), cfg.seed,
+                          cfg.batching.agree_every, s.stop, procs)
+        es.callback(_final_checkpoint, s, checkpoint)
+        s.status = "FINISHED"
+        try:
+            yield s
+        except TimeoutError as exc:  # no batch within train.batch_timeout_s: a clear failure, not a traceback
+            s.status, s.reason = "FAILED", (
+                f"{exc} after update {s.updates()} of {cfg.train.updates} (train.batch_timeout_s="
+                f"{cfg.train.batch_timeout_s:g}): are the workers failing? The dashboard shows their episodes")
+        except KeyboardInterrupt:
+            s.status = "KILLED"
+        except BaseException:
+            s.status = "FAILED"
+            raise
