@@ -6,11 +6,14 @@ from __future__ import annotations
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from swarm.pool import Reader
 
 __all__ = ["TrainProgress", "say", "where", "summary_values", "summary"]
 
@@ -46,7 +49,7 @@ def _weights_digest(folder: Path) -> str:
 class TrainProgress:
     """``update n/N`` with the latest reward, plus what the batching strategy is waiting for."""
 
-    def __init__(self, updates: int, pool: Any) -> None:
+    def __init__(self, updates: int, pool: Reader) -> None:
         self.pool = pool
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,

@@ -49,8 +49,8 @@ def update_settings(cfg: RunConfig) -> update.UpdateSettings:
     b = cfg.batching
     return update.UpdateSettings(strategy=b.strategy, min_episodes=b.min_episodes, min_groups=b.min_groups,
                                  group_size=cfg.task.group_size, timeout_s=cfg.train.batch_timeout_s,
-                                 max_staleness=cfg.train.max_staleness, group_by=cfg.algo.get("group_by", "group"),
-                                 scale_std=bool(cfg.algo.get("scale_std", True)))
+                                 max_staleness=cfg.train.max_staleness, group_by=cfg.algo.group_by,
+                                 scale_std=cfg.algo.scale_std)
 
 
 def _update_policies(s: Session, settings: update.UpdateSettings, on_poll: Any) -> dict[str, float]:

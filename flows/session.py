@@ -19,18 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from flows import console, shutdown, tracking
-from flows.components import gateway_settings, make_gateway_backend, make_pool, model_dtype, trainer_model_path
+from flows.components import make_gateway_backend, make_pool, model_dtype, start_gateway, trainer_model_path
 from flows.config import RunConfig, make_train_config
 from flows.workers import start_workers
 from swarm import loop
-from swarm.stack import start_stack
+from swarm.errors import SwarmError
+from swarm.pool import LeaseBook
 from swarm.train import Ledger, Trainer, distributed
 from swarm.train.base_model import policy_models
 
 __all__ = ["StartError", "Session", "open_session", "make_trainers"]
 
 
-class StartError(RuntimeError):
+class StartError(SwarmError, RuntimeError):
     """A session stage failed to start; the message names the stage, the cause is chained."""
 
 
@@ -83,7 +84,7 @@ def make_trainers(cfg: RunConfig, tc: Any, backend: Any = None) -> dict[str, Tra
             for p in cfg.policies}
 
 
-def _ledgers(cfg: RunConfig, pool: Any, backend: Any) -> dict[str, Ledger]:
+def _ledgers(cfg: RunConfig, pool: LeaseBook, backend: Any) -> dict[str, Ledger]:
     """The trainers (their TrainConfig sent to torchrun followers) and ledgers, resumed from the last checkpoint."""
     pad = int(getattr(getattr(backend, "tokenizer", None), "pad_token_id", 0) or 0)
     tc = distributed.broadcast_object(make_train_config(cfg.algo, cfg.task.temperature, pad_id=pad))
@@ -154,15 +155,14 @@ def open_session(cfg: RunConfig, checkpoint: Callable[[Ledger, dict[str, Any]], 
         s.backend = _start("the policy backend", make_gateway_backend, cfg)
         es.callback(getattr(s.backend, "close", lambda: None))
         s.ledgers = _start("the trainers", _ledgers, cfg, s.pool, s.backend)
-        s.stack = _start("the gateway", start_stack, s.pool, s.backend, gateway_settings(cfg.gateway),
-                         host=cfg.gateway.get("host", "127.0.0.1"), port=int(cfg.gateway.get("port", 0)))
+        s.stack = _start("the gateway", start_gateway, s.pool, s.backend, cfg.gateway)
         es.callback(s.stack.stop)
         s.run = _start("the MLflow run", _open_run, s, out)
         es.callback(_end_run, s)
         futures: list[Any] = []
         procs: list[subprocess.Popen] = []
         es.callback(_stop_workers, s.stop, futures, procs)
-        futures += _start("the workers", start_workers, cfg.runner, s.stack.url, cfg.task.model_dump(), cfg.seed,
+        futures += _start("the workers", start_workers, cfg.runner, s.stack.url, cfg.task, cfg.seed,
                           cfg.batching.agree_every, s.stop, procs)
         es.callback(_final_checkpoint, s, checkpoint)
         s.status = "FINISHED"

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from swarm.batching import Decision, GroupState, Snapshot, Strategy, decide
-from swarm.pool import Lease, Pool, StepFilter
+from swarm.pool import Lease, LeaseBook, Lookup, StepFilter
 from swarm.records import EpisodeStatus, EpisodeType, Step
 
 __all__ = ["trainable_filter", "snapshot", "wait_for_batch", "lease_batch", "batch_metrics", "episode_metrics", "eval_summary"]
@@ -29,7 +29,7 @@ def trainable_filter(policy: str, version: int, max_staleness: int | None, **kw:
     return StepFilter.trainable(policy=policy, **stale, **kw)
 
 
-def snapshot(pool: Pool, flt: StepFilter, active_clients: frozenset[str] = frozenset(),
+def snapshot(pool: Lookup, flt: StepFilter, active_clients: frozenset[str] = frozenset(),
              agreed_clients: frozenset[str] = frozenset()) -> Snapshot:
     """What the strategies look at: per group, finished episodes' rewards and still-open episodes.
 
@@ -50,7 +50,7 @@ def snapshot(pool: Pool, flt: StepFilter, active_clients: frozenset[str] = froze
     return Snapshot(groups, active_clients, agreed_clients)
 
 
-def wait_for_batch(pool: Pool, flt: StepFilter, strategy: Strategy | str, *, min_episodes: int, min_groups: int,
+def wait_for_batch(pool: Lookup, flt: StepFilter, strategy: Strategy | str, *, min_episodes: int, min_groups: int,
                    group_size: int, timeout_s: float = 600.0, poll_s: float = 0.25,
                    clients: Callable[[], tuple[frozenset[str], frozenset[str]]] | None = None,
                    on_poll: Callable[[Decision], None] | None = None,
@@ -71,7 +71,7 @@ def wait_for_batch(pool: Pool, flt: StepFilter, strategy: Strategy | str, *, min
         time.sleep(poll_s)
 
 
-def lease_batch(pool: Pool, flt: StepFilter, decision: Decision, ttl_s: float = 600.0) -> Lease:
+def lease_batch(pool: LeaseBook, flt: StepFilter, decision: Decision, ttl_s: float = 600.0) -> Lease:
     """Lease exactly the groups the strategy chose (whole groups, never a zero-variance one under C3)."""
     f = flt.model_copy(update={"group_ids": list(decision.group_ids)})
     return pool.lease(f, max_groups=len(decision.group_ids), ttl_s=ttl_s)
@@ -111,7 +111,7 @@ def _trained(e: Any, policies: Sequence[str] | None) -> bool:
     return policies is None or policy is None or policy in policies
 
 
-def episode_metrics(pool: Pool, since: float, lookback_s: float = 3600.0,
+def episode_metrics(pool: Lookup, since: float, lookback_s: float = 3600.0,
                     policies: Sequence[str] | None = None) -> dict[str, float]:
     """What the task reported for the episodes that ended since ``since``: ``episodes/<key>`` (train)
     and ``eval/<key>`` (held-out eval groups) are means of the numbers a task's ``run_episode`` /
@@ -139,7 +139,7 @@ def episode_metrics(pool: Pool, since: float, lookback_s: float = 3600.0,
     return out
 
 
-def eval_summary(pool: Pool, since: float, games: int = 64, policies: Sequence[str] | None = None
+def eval_summary(pool: Lookup, since: float, games: int = 64, policies: Sequence[str] | None = None
                  ) -> dict[str, float]:
     """The run's held-out eval games: mean win (tasks that report ``win``) or reward over the first and
     the last ``games`` games that ended since ``since`` (a game: the episodes sharing ``metadata.game``,

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from swarm.dashboard.queries import read
 from swarm.dashboard.svg import PALETTE
 from swarm.merge import MODES, PrefixTrie, TrainSeq, merge_items
-from swarm.pool import Pool
+from swarm.pool import Database
 from swarm.pool.blocks import split_hashes, unpack_ids
 from swarm.pool.checks import chunks
 from swarm.pool.schema import blocks as B
@@ -32,7 +32,7 @@ __all__ = ["load_sequences", "merge_summary", "tree_view", "icicle_svg", "MAX_ST
 MAX_STEPS = 512  # a batch or group larger than this is shown by its first MAX_STEPS steps
 
 
-def load_sequences(pool: Pool, *, lease_id: str | None = None, group_id: str | None = None,
+def load_sequences(pool: Database, *, lease_id: str | None = None, group_id: str | None = None,
                    limit: int = MAX_STEPS) -> list[dict[str, Any]]:
     """Steps of a lease or a group with their exact prompt / response ids (index lookups)."""
     cond = S.c.lease_id == lease_id if lease_id is not None else S.c.group_id == group_id

@@ -19,7 +19,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from swarm.pool import Pool, StepFilter
+from swarm.pool import Database, StepFilter
 from swarm.pool.checks import chunks
 from swarm.pool.query import JOIN, REWARD, REWARD_FINAL, step_conditions
 from swarm.pool.schema import episodes as E
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 
-def read(pool: Pool):
+def read(pool: Database):
     """A read-only transaction on the pool's engine."""
     from swarm.pool.engine import transaction
 
@@ -64,7 +64,7 @@ def _floor_div(col: sa.ColumnElement, width: float, dialect: str) -> sa.ColumnEl
     return sa.cast(col / width, sa.Integer)  # SQLite truncates towards zero
 
 
-def breakdown(pool: Pool, *, after: float | None = None, upto: float | None = None) -> list[dict[str, Any]]:
+def breakdown(pool: Database, *, after: float | None = None, upto: float | None = None) -> list[dict[str, Any]]:
     """Step counts per (source, task, policy, policy_version, consumed_version) with final rewards.
 
     ``after`` bounds the scan to ``created_at > after`` (an index range: the live delta);
@@ -93,14 +93,14 @@ def breakdown(pool: Pool, *, after: float | None = None, upto: float | None = No
         ]
 
 
-def episode_counts(pool: Pool) -> list[dict[str, Any]]:
+def episode_counts(pool: Database) -> list[dict[str, Any]]:
     """Episodes per (task, type, status): a grouped scan (background snapshot only)."""
     q = sa.select(E.c.task, E.c.type, E.c.status, sa.func.count()).group_by(E.c.task, E.c.type, E.c.status)
     with read(pool) as c:
         return [{"task": r[0], "type": r[1], "status": r[2], "n": int(r[3])} for r in c.execute(q)]
 
 
-def version_rewards(pool: Pool) -> list[dict[str, Any]]:
+def version_rewards(pool: Database) -> list[dict[str, Any]]:
     """Finished episodes with a final reward, per (policy, version, type), counting only honest ones.
 
     An episode counts for version ``v`` of policy ``p`` only when every one of its steps was
@@ -130,20 +130,20 @@ def version_rewards(pool: Pool) -> list[dict[str, Any]]:
                  "episodes": int(r[3]), "reward_sum": float(r[4] or 0.0)} for r in c.execute(q)]
 
 
-def last_step_at(pool: Pool) -> float | None:
+def last_step_at(pool: Database) -> float | None:
     """When the newest step was created (the top of the created_at index), None for an empty pool."""
     with read(pool) as c:
         return c.execute(sa.select(sa.func.max(S.c.created_at))).scalar_one()
 
 
-def open_count(pool: Pool) -> int:
+def open_count(pool: Database) -> int:
     """Open episodes right now (an index range: open episodes are the live few)."""
     q = sa.select(sa.func.count()).select_from(E).where(E.c.status == EpisodeStatus.open.value)
     with read(pool) as c:
         return int(c.execute(q).scalar_one())
 
 
-def open_by_client(pool: Pool, limit: int = 200) -> list[dict[str, Any]]:
+def open_by_client(pool: Database, limit: int = 200) -> list[dict[str, Any]]:
     """Clients with open episodes: how many, on which tasks, last activity (open episodes only)."""
     q = (
         sa.select(E.c.client_id, sa.func.count(), sa.func.max(E.c.updated_at), sa.func.min(E.c.task))
@@ -157,7 +157,7 @@ def open_by_client(pool: Pool, limit: int = 200) -> list[dict[str, Any]]:
                 for r in c.execute(q)]
 
 
-def recent_episodes(pool: Pool, limit: int = 12) -> list[dict[str, Any]]:
+def recent_episodes(pool: Database, limit: int = 12) -> list[dict[str, Any]]:
     """The newest episodes (created_at index, descending)."""
     q = (
         sa.select(E.c.episode_id, E.c.task, E.c.group_id, E.c.client_id, E.c.type, E.c.status, E.c.reward,
@@ -169,7 +169,7 @@ def recent_episodes(pool: Pool, limit: int = 12) -> list[dict[str, Any]]:
         return [dict(r) for r in c.execute(q).mappings()]
 
 
-def rate_buckets(pool: Pool, start: float, end: float, width: float) -> dict[int, dict[str, int]]:
+def rate_buckets(pool: Database, start: float, end: float, width: float) -> dict[int, dict[str, int]]:
     """Steps per time bucket (``floor(created_at / width)``) and source in ``[start, end)``."""
     b = _floor_div(S.c.created_at, width, pool.dialect)
     q = (
@@ -184,7 +184,7 @@ def rate_buckets(pool: Pool, start: float, end: float, width: float) -> dict[int
     return out
 
 
-def recent_leases(pool: Pool, limit: int = 40) -> list[dict[str, Any]]:
+def recent_leases(pool: Database, limit: int = 40) -> list[dict[str, Any]]:
     """The newest leases (a lease is one training batch: the table has one row per batch)."""
     q = sa.select(LS.c.lease_id, LS.c.state, LS.c.n_steps, LS.c.created_at, LS.c.expires_at,
                   LS.c.consumed_version, LS.c.filter).order_by(LS.c.created_at.desc()).limit(limit)
@@ -192,7 +192,7 @@ def recent_leases(pool: Pool, limit: int = 40) -> list[dict[str, Any]]:
         return [dict(r) for r in c.execute(q).mappings()]
 
 
-def lease_totals(pool: Pool, now: float) -> dict[str, int]:
+def lease_totals(pool: Database, now: float) -> dict[str, int]:
     """Leases by outcome: acked, active, released, or expired (active past its expiry)."""
     outcome = sa.case(
         (LS.c.state == "active", sa.case((LS.c.expires_at <= now, "expired"), else_="active")),
@@ -225,7 +225,7 @@ def _selective(f: StepFilter) -> bool:
     return bool(f.episode_id or f.group_id or f.group_ids or f.label)
 
 
-def step_rows(pool: Pool, f: StepFilter, limit: int, offset: int = 0, order: str = "-created") -> list[dict[str, Any]]:
+def step_rows(pool: Database, f: StepFilter, limit: int, offset: int = 0, order: str = "-created") -> list[dict[str, Any]]:
     """One page of matching steps as table rows (no tokens, no message bodies).
 
     ``role`` and ``seat`` come from the episode's metadata (``role``; ``seat`` or ``player``), as
@@ -277,7 +277,7 @@ def role_of(meta: dict[str, Any] | str | None) -> tuple[str | None, int | None]:
                                                    else None)
 
 
-def policy_versions(pool: Pool, limit: int = 500) -> list[dict[str, Any]]:
+def policy_versions(pool: Database, limit: int = 500) -> list[dict[str, Any]]:
     """Published policy versions, newest first."""
     q = sa.select(PV.c.policy, PV.c.version, PV.c.created_at, PV.c.adapter_path).order_by(
         PV.c.created_at.desc()).limit(limit)
@@ -285,7 +285,7 @@ def policy_versions(pool: Pool, limit: int = 500) -> list[dict[str, Any]]:
         return [dict(r) for r in c.execute(q).mappings()]
 
 
-def capped_count(pool: Pool, f: StepFilter, cap: int | None) -> dict[str, Any]:
+def capped_count(pool: Database, f: StepFilter, cap: int | None) -> dict[str, Any]:
     """Matching steps, and their episodes, among at most ``cap`` + 1 matching steps (None: exact).
 
     When the steps are capped the episode count is a lower bound (the episodes of the first
@@ -307,14 +307,14 @@ def capped_count(pool: Pool, f: StepFilter, cap: int | None) -> dict[str, Any]:
     return {"steps": min(n, cap) if capped else n, "steps_capped": capped, "episodes": eps, "episodes_capped": capped}
 
 
-def recent_labels(pool: Pool, limit: int = 30) -> list[dict[str, Any]]:
+def recent_labels(pool: Database, limit: int = 30) -> list[dict[str, Any]]:
     """The newest curation labels (labels are human-made: a small table)."""
     q = sa.select(L).order_by(L.c.created_at.desc()).limit(limit)
     with read(pool) as c:
         return [dict(r) for r in c.execute(q).mappings()]
 
 
-def labels_of(pool: Pool, target_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+def labels_of(pool: Database, target_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
     """Labels on each of ``target_ids`` (steps or episodes), via the target index."""
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     ids = sorted(set(target_ids))

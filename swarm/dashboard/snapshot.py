@@ -29,7 +29,7 @@ from collections import OrderedDict, defaultdict
 from typing import Any
 
 from swarm.dashboard import queries
-from swarm.pool import Pool
+from swarm.pool import Database
 
 __all__ = ["Aggregates", "RateCache", "MergeCache", "summarize"]
 
@@ -37,7 +37,7 @@ __all__ = ["Aggregates", "RateCache", "MergeCache", "summarize"]
 class Aggregates:
     """Background-refreshed pool-wide aggregates for one pool (thread-safe)."""
 
-    def __init__(self, pool: Pool, duty: float = 0.1, min_interval_s: float = 1.0, max_interval_s: float = 120.0,
+    def __init__(self, pool: Database, duty: float = 0.1, min_interval_s: float = 1.0, max_interval_s: float = 120.0,
                  first_wait_s: float = 1.0) -> None:
         self.pool = pool
         self.duty, self.min_interval_s, self.max_interval_s = duty, min_interval_s, max_interval_s
@@ -192,7 +192,7 @@ def _episode_summary(rows: list[dict[str, Any]], open_now: int) -> dict[str, Any
 class RateCache:
     """Steps per time bucket and source; finished buckets are cached, the newest re-read."""
 
-    def __init__(self, pool: Pool, settle_s: float = 5.0, max_buckets: int = 20_000) -> None:
+    def __init__(self, pool: Database, settle_s: float = 5.0, max_buckets: int = 20_000) -> None:
         self.pool = pool
         self.settle_s = settle_s
         self.max_buckets = max_buckets

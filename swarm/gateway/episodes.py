@@ -24,7 +24,7 @@ from typing import Any
 from swarm.errors import SwarmError
 from swarm.gateway.batcher import Batcher
 from swarm.gateway.prefix import PreviousCall
-from swarm.pool import Pool
+from swarm.pool import Recorder
 from swarm.pool.heads import EpisodeHead
 from swarm.records import Step
 
@@ -53,7 +53,7 @@ def last_call_of(steps: list[Step]) -> LastCall:
     return LastCall(last.index, last.step_id, [_previous(s) for s in chat])
 
 
-def load_last_call(pool: Pool, episode_id: str) -> LastCall | None:
+def load_last_call(pool: Recorder, episode_id: str) -> LastCall | None:
     """The episode's last call as stored in the pool (the last step and its sibling choices)."""
     last = pool.last_step(episode_id, with_tokens=True)
     if last is None:
@@ -74,7 +74,7 @@ def load_last_call(pool: Pool, episode_id: str) -> LastCall | None:
 class OpenEpisodes:
     """Heads read in batches, last calls kept in memory per episode (see the module docstring)."""
 
-    def __init__(self, pool: Pool, db: Callable[..., Awaitable[Any]], capacity: int = 2048) -> None:
+    def __init__(self, pool: Recorder, db: Callable[..., Awaitable[Any]], capacity: int = 2048) -> None:
         self.pool = pool
         self._db = db
         self.capacity = capacity

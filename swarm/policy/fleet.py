@@ -46,6 +46,7 @@ from typing import Any
 
 from swarm.errors import BackendError, ConflictError, ContextLengthError, SwarmError, ValidationError
 from swarm.policy.base import GenerateRequest, Generation, PolicyBackend, TokenDelta
+from swarm.pool import Reader
 
 __all__ = ["FleetBackend", "Replica", "VersionFollower", "load_adapter_dir"]
 
@@ -360,7 +361,7 @@ class VersionFollower:
     next poll. It never moves a backend back to an older version.
     """
 
-    def __init__(self, pool: Any, backend: PolicyBackend, interval_s: float = 2.0,
+    def __init__(self, pool: Reader, backend: PolicyBackend, interval_s: float = 2.0,
                  load: Callable[[str], dict[str, Any]] = load_adapter_dir) -> None:
         self.pool, self.backend, self.interval_s, self._load = pool, backend, float(interval_s), load
         self._stop = threading.Event()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from swarm.errors import LeaseError
+from swarm.pool import LeaseBook
 from swarm.train import journal
 from swarm.train.faults import crash_point
 from swarm.train.publish import adapter_state, save_adapter
@@ -30,7 +31,7 @@ __all__ = ["Ledger"]
 class Ledger:
     """Pending leases and the checkpoint cadence of one :class:`~swarm.train.Trainer` over a pool."""
 
-    def __init__(self, trainer: Any, pool: Any, every: int = 10, ttl_s: float = 600.0) -> None:
+    def __init__(self, trainer: Any, pool: LeaseBook, every: int = 10, ttl_s: float = 600.0) -> None:
         if int(every) < 1:
             raise ValueError(f"train.checkpoint_every must be >= 1, got {every}")
         self.trainer, self.pool, self.every, self.ttl_s = trainer, pool, int(every), float(ttl_s)

@@ -55,12 +55,9 @@ class Trainer:
         self.backend = backend
         self.out_dir = Path(out_dir) if out_dir is not None else None
         if self.config.lora is not None and not is_peft(model):
-            from peft import LoraConfig, get_peft_model
+            from peft import get_peft_model
 
-            spec = self.config.lora
-            targets = spec.target_modules if isinstance(spec.target_modules, str) else list(spec.target_modules)
-            model = get_peft_model(model, LoraConfig(r=spec.rank, lora_alpha=spec.alpha, lora_dropout=spec.dropout,
-                                                     target_modules=targets, task_type="CAUSAL_LM"))
+            model = get_peft_model(model, self.config.lora.peft())
         if device is not None:
             model = model.to(device)
             ref_model = None if ref_model is None else ref_model.to(device)

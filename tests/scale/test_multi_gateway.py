@@ -179,7 +179,7 @@ def test_expired_lease_returns_its_steps_to_the_other_gateway(gateways) -> None:
 def test_extra_gateway_follows_published_versions(pg_url: str, pool: Pool) -> None:
     from swarm.records import PolicyVersion
 
-    follower = start_gateway(pg_url, SECRET, "+gateway.follow_versions_s=0.2")
+    follower = start_gateway(pg_url, SECRET, "gateway.follow_versions_s=0.2")
     try:
         assert httpx.get(follower.url + "/health").json()["versions"] == {"default": 0}
         pool.add_policy_version(PolicyVersion(policy="default", version=1))  # the trainer published
