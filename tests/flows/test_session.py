@@ -22,7 +22,7 @@ STAGES = {
     "the pool": (session, "make_pool"),
     "the policy backend": (session, "make_gateway_backend"),
     "the trainers": (session, "Trainer"),
-    "the gateway": (session, "start_stack"),
+    "the gateway": (session, "start_gateway"),
     "the MLflow run": (tracking, "open_run"),
     "the workers": (session, "start_workers"),
 }
