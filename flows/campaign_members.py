@@ -17,6 +17,7 @@ from typing import Any
 from hydra import compose, version
 from omegaconf import OmegaConf
 
+from flows.config import Tree
 from research_agent.sweep import MEMBER_DIR, CampaignSpec, Member, campaign_dir, config_hash, parse_campaign, run_label
 
 __all__ = ["MemberPlan", "compose_config", "load_campaign", "member_overrides", "plan_members", "config_flags", "CONF"]
@@ -68,7 +69,7 @@ def compose_config(overrides: list[str], conf_dir: Path | str | None = None) -> 
 
 
 def load_campaign(name: str, overrides: list[str],
-                   conf_dir: Path | str | None) -> tuple[CampaignSpec, dict[str, Any], Path]:
+                   conf_dir: Path | str | None) -> tuple[CampaignSpec, Tree, Path]:
     forced = [f"++{o}" if o.startswith("campaign.") else o for o in overrides]  # any campaign key, set or not
     cfg = compose_config([f"+campaign={name}", *forced, "train.out_dir=."], conf_dir)
     spec = parse_campaign(OmegaConf.to_container(cfg.campaign, resolve=True))  # type: ignore[arg-type]

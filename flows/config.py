@@ -23,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from swarm.errors import ConfigError
 from swarm.train.config import TrainConfig
 
+Tree = dict[str, Any]  # a resolved Hydra tree, or part of one: untyped until validate() types it
+
 __all__ = ["ConfigError", "RunConfig", "ServeConfig", "RewardSection", "TaskSection", "TrainSection", "BatchingSection",
            "MlflowSection", "AlgoSection", "PoolSection", "GatewaySection", "HFModel", "VLLMModel", "UpstreamModel",
            "EchoModel", "FleetModel", "Model", "ThreadRunner", "ProcessRunner", "RayRunner", "Runner", "validate",
@@ -94,7 +96,7 @@ class UpstreamModel(_Model):
     logprobs: bool = True
     max_top_logprobs: int = 20
     timeout_s: float = 300.0
-    extra_body: dict[str, Any] | None = None
+    extra_body: Tree | None = None  # passed through to the upstream API as JSON
 
 
 class EchoModel(_Model):
@@ -267,11 +269,11 @@ class TaskSection(_Section):
     max_tokens: int = Field(ge=1)
     episode_timeout_s: float = Field(gt=0)
     eval_every: int = Field(default=0, ge=0)
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: Tree = Field(default_factory=dict)  # the task's own schema (its Options) checks them
     reward: RewardSection | None = None  # None: the task's own reward
 
     @model_serializer(mode="wrap")
-    def _without_default_reward(self, handler: Any) -> dict[str, Any]:
+    def _without_default_reward(self, handler: Any) -> Tree:
         """No ``reward`` key unless one is set: runs without a judge log the same params as before."""
         out = handler(self)
         if out.get("reward", 0) is None:
@@ -350,12 +352,12 @@ class RunConfig(ServeConfig):
                              "it needs at least 2")
         return self
 
-    def raw(self) -> dict[str, Any]:
+    def raw(self) -> Tree:
         """The config as a plain dict (what MLflow logs and subprocess workers receive)."""
         return self.model_dump(mode="json")
 
 
-def _judge_wiring(data: dict[str, Any]) -> dict[str, Any]:
+def _judge_wiring(data: Tree) -> Tree:
     """With ``task.reward.kind=judge``: the judge rewards the run's pool (``task.reward.pool_url``), and the
     gateway keeps the agent's own reward of the task in the history (``gateway.reward_authority.<task>:
     judge``) so no group trains before the judge scores it. Explicit settings are kept."""
@@ -383,7 +385,7 @@ def _members(tp: Any) -> list[Any]:
     return [tp]
 
 
-def _fields(tp: Any) -> dict[str, Any]:
+def _fields(tp: Any) -> Tree:
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         return {n: f.annotation for n, f in tp.model_fields.items()}
     return get_type_hints(tp) if dataclasses.is_dataclass(tp) else {}
@@ -420,7 +422,7 @@ def section_keys(key: str, schema: type = RunConfig) -> list[str]:
     return _walk(schema, tuple(key.split(".")))[1]
 
 
-def validate(resolved: dict[str, Any], overrides: list[str] | None = None, schema: type[BaseModel] = RunConfig) -> Any:
+def validate(resolved: Tree, overrides: list[str] | None = None, schema: type[BaseModel] = RunConfig) -> Any:
     """The ``schema`` (RunConfig) of a resolved config tree; raises :class:`ConfigError` with one line per problem."""
     data = _judge_wiring({k: v for k, v in resolved.items() if k != "hydra"})
     if overrides is not None:
@@ -435,12 +437,12 @@ class _OneModel(_Section):
     model: Model
 
 
-def model_section(model: dict[str, Any]) -> Any:
+def model_section(model: Tree) -> Any:
     """A model config (``dict``) as its :data:`Model` section; ConfigError names ``model.<key>``."""
     return validate({"model": model}, schema=_OneModel).model
 
 
-def _lines(exc: ValidationError, schema: type, data: dict[str, Any]) -> str:
+def _lines(exc: ValidationError, schema: type, data: Tree) -> str:
     lines = []
     for err in exc.errors():
         path, known, types_ = _walk(schema, err["loc"])
@@ -466,7 +468,7 @@ def _lines(exc: ValidationError, schema: type, data: dict[str, Any]) -> str:
     return "; ".join(lines)
 
 
-def _value(data: dict[str, Any], loc: tuple[Any, ...]) -> Any:
+def _value(data: Tree, loc: tuple[Any, ...]) -> Any:
     cur: Any = data
     for p in loc:
         try:

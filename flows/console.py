@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -108,13 +108,25 @@ def summary_values(history: list[dict[str, float]], wall_s: float) -> dict[str, 
     return out
 
 
+class RunSummary(TypedDict):
+    """What a run returns: its MLflow run id, how it ended and :func:`summary_values`' numbers."""
+
+    run_id: str
+    status: str
+    updates: int
+    reward_first5: float | None
+    reward_last10: float | None
+    reward_best: float | None
+    wall_min: float | None
+
+
 def summary(history: list[dict[str, float]], run_id: str, status: str,
-            values: dict[str, float] | None = None) -> dict[str, Any]:
+            values: dict[str, float] | None = None) -> RunSummary:
     """Print the summary table; return the run id, status, update count and :func:`summary_values`."""
     vals = values if values is not None else summary_values(history, 0.0)
-    out: dict[str, Any] = {"run_id": run_id, "status": status, "updates": len(history),
-                           "reward_first5": vals.get("reward_first5"), "reward_last10": vals.get("reward_last10"),
-                           "reward_best": vals.get("reward_best"), "wall_min": vals.get("wall_min")}
+    out = RunSummary(run_id=run_id, status=status, updates=len(history), reward_first5=vals.get("reward_first5"),
+                     reward_last10=vals.get("reward_last10"), reward_best=vals.get("reward_best"),
+                     wall_min=vals.get("wall_min"))
     table = Table(title=f"swarmpool run {run_id} ({status})")
     table.add_column("metric")
     table.add_column("value", justify="right")

@@ -18,7 +18,7 @@ from prefect.cache_policies import NONE
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import console, shutdown, tracking
-from flows.config import RunConfig, check_task, validate
+from flows.config import RunConfig, Tree, check_task, validate
 from flows.session import Session, make_trainers, open_session
 from swarm import loop, update
 from swarm.train import Ledger, distributed
@@ -27,7 +27,7 @@ from swarm.update import run_update
 __all__ = ["train_flow", "run_update", "follow_flow", "run_main", "STAGES", "update_settings"]
 
 
-def _checkpoint(ledger: Ledger, extra: dict[str, Any]) -> Any:
+def _checkpoint(ledger: Ledger, extra: dict[str, str | None]) -> Any:
     """Commit + settle (:meth:`Ledger.commit`); log the checkpoint's adapter to the MLflow run."""
     done = ledger.commit(extra)
     if done is not None and done[1] is not None and extra.get("mlflow_run_id") is not None:
@@ -68,7 +68,7 @@ def _update_policies(s: Session, settings: update.UpdateSettings, on_poll: Any) 
 
 @flow(name="swarm-train", task_runner=ThreadPoolTaskRunner(max_workers=64), validate_parameters=False,
       log_prints=False)
-def train_flow(cfg: RunConfig | dict[str, Any]) -> dict[str, Any]:
+def train_flow(cfg: RunConfig | Tree) -> console.RunSummary:
     """The whole training run (see the module docstring); a plain dict is validated first."""
     cfg = cfg if isinstance(cfg, RunConfig) else validate(cfg)
     check_task(cfg.task, cfg.runner)  # before anything starts: a bad task option would fail every episode

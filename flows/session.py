@@ -132,7 +132,7 @@ def _stop_workers(stop: threading.Event, futures: list[Any], procs: list[subproc
         f.wait(30)
 
 
-def _final_checkpoint(s: Session, checkpoint: Callable[[Ledger, dict[str, Any]], Any]) -> None:
+def _final_checkpoint(s: Session, checkpoint: Callable[[Ledger, dict[str, str | None]], Any]) -> None:
     """A clean stop (not a crash): checkpoint every trainer and release the torchrun followers."""
     if shutdown.STOP.signum is not None and s.status == "FINISHED":
         s.status = "KILLED"
@@ -143,7 +143,7 @@ def _final_checkpoint(s: Session, checkpoint: Callable[[Ledger, dict[str, Any]],
 
 
 @contextlib.contextmanager
-def open_session(cfg: RunConfig, checkpoint: Callable[[Ledger, dict[str, Any]], Any]) -> Iterator[Session]:
+def open_session(cfg: RunConfig, checkpoint: Callable[[Ledger, dict[str, str | None]], Any]) -> Iterator[Session]:
     """Start the run's stages in order (see the module docstring); ``checkpoint`` commits a ledger at a clean stop."""
     out = Path(cfg.train.out_dir)
     out.mkdir(parents=True, exist_ok=True)

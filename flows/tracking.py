@@ -142,10 +142,9 @@ def log_metrics(metrics: dict[str, float], step: int) -> None:
     mlflow.log_metrics(clean, step=step)
 
 
-def log_summary(summary: dict[str, Any]) -> None:
+def log_summary(summary: dict[str, float]) -> None:
     """The run's summary numbers as ``summary/<key>`` metrics, so the runs table can sort by them."""
-    mlflow.log_metrics({f"summary/{k}": float(v) for k, v in summary.items()
-                        if isinstance(v, int | float) and not isinstance(v, bool)})
+    mlflow.log_metrics({f"summary/{k}": float(v) for k, v in summary.items()})
 
 
 def render_trajectory(steps: list[Any], decode: Any) -> str:

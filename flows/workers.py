@@ -45,7 +45,7 @@ def worker_config(server: str, task: TaskSection, workers: int, seed: int | None
 
 
 @task(name="client-workers", cache_policy=NONE)
-def thread_worker(cfg: WorkerConfig, stop: threading.Event) -> dict[str, Any]:
+def thread_worker(cfg: WorkerConfig, stop: threading.Event) -> dict[str, float]:
     """Run episodes in threads until ``stop`` is set."""
     return run_worker(cfg, stop)
 
@@ -130,7 +130,7 @@ def _watch(flag: Any, stop: threading.Event, every_s: float = 0.5) -> None:
 
 
 @task(name="client-ray", cache_policy=NONE)
-def ray_worker(cfg: WorkerConfig, flag: Any) -> dict[str, Any]:
+def ray_worker(cfg: WorkerConfig, flag: Any) -> dict[str, float]:
     """Run episodes in threads inside a Ray worker until the flow sets the stop flag."""
     stop = threading.Event()
     threading.Thread(target=_watch, args=(flag, stop), name="swarm-ray-stop", daemon=True).start()
@@ -242,7 +242,7 @@ class RayWorkers:
             self._closed = True
             self.runner.__exit__(None, None, None)
 
-    def results(self) -> list[dict[str, Any]]:
+    def results(self) -> list[dict[str, float]]:
         """Each task's ``run_worker`` stats, after :meth:`wait` (raises a task's error)."""
         out = []
         for f in self.futures:

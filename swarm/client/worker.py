@@ -70,7 +70,7 @@ def run_one_episode(client: SwarmClient, task: TaskPackage, cfg: WorkerConfig, s
     return parts
 
 
-def run_worker(cfg: WorkerConfig, stop: threading.Event | None = None) -> dict[str, Any]:
+def run_worker(cfg: WorkerConfig, stop: threading.Event | None = None) -> dict[str, float]:
     """Run episodes with ``cfg.workers`` threads until ``stop`` is set or ``max_groups`` are done."""
     stop = stop or threading.Event()
     task = load_task(cfg.task)
@@ -79,7 +79,7 @@ def run_worker(cfg: WorkerConfig, stop: threading.Event | None = None) -> dict[s
         configure(**cfg.options)  # e.g. cocktail's mixing ratios
     slots = _slots(cfg, stop)
     lock = threading.Lock()
-    stats: dict[str, Any] = {"episodes": 0, "failed": 0, "reward_sum": 0.0}
+    stats: dict[str, float] = {"episodes": 0, "failed": 0, "reward_sum": 0.0}
 
     def next_slot() -> tuple[int, str, str] | None:
         with lock:
