@@ -22,9 +22,7 @@ from swarm.dashboard.queries import read
 from swarm.dashboard.svg import PALETTE
 from swarm.merge import MODES, PrefixTrie, TrainSeq, merge_items
 from swarm.pool import Database
-from swarm.pool.blocks import split_hashes, unpack_ids
-from swarm.pool.checks import chunks
-from swarm.pool.schema import blocks as B
+from swarm.pool.rows import load_tokens
 from swarm.pool.schema import steps as S
 
 __all__ = ["load_sequences", "merge_summary", "tree_view", "icicle_svg", "MAX_STEPS"]
@@ -41,13 +39,10 @@ def load_sequences(pool: Database, *, lease_id: str | None = None, group_id: str
          .where(cond).order_by(S.c.created_at, S.c.step_id).limit(limit))
     with read(pool) as c:
         rows = list(c.execute(q).mappings())
-        keys = sorted({k for r in rows for k in split_hashes(r["block_keys"])})
-        found: dict[bytes, bytes] = {}
-        for chunk in chunks(keys):
-            found.update(c.execute(sa.select(B.c.key, B.c.tokens).where(B.c.key.in_(chunk))).all())
+        tokens = load_tokens(c, rows, missing_ok=True)
     out = []
     for r in rows:
-        ids = unpack_ids(b"".join(found.get(k, b"") for k in split_hashes(r["block_keys"])) + r["tail"])
+        ids = tokens[r["step_id"]]
         n = r["n_prompt"]
         out.append({"step_id": r["step_id"], "episode_id": r["episode_id"], "index": r["idx"], "policy": r["policy"],
                     "policy_version": r["policy_version"], "prompt_ids": ids[:n], "response_ids": ids[n:]})
@@ -56,8 +51,7 @@ def load_sequences(pool: Database, *, lease_id: str | None = None, group_id: str
 
 def merge_summary(seqs: list[dict[str, Any]], token_budget: int = 4096) -> dict[str, Any]:
     """Tokens before / after and the saving (%) of merging ``seqs`` in every merge mode."""
-    items = [TrainSeq(step_id=s["step_id"], prompt_ids=s["prompt_ids"], response_ids=s["response_ids"])
-             for s in seqs]
+    items = [TrainSeq(step_id=s["step_id"], prompt_ids=s["prompt_ids"], response_ids=s["response_ids"]) for s in seqs]
     budget = max([token_budget] + [len(it) for it in items])
     out: dict[str, Any] = {"steps": len(items)}
     for mode in MODES:

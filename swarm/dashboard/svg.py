@@ -21,8 +21,7 @@ from xml.sax.saxutils import escape
 
 __all__ = ["line_chart", "bar_chart", "empty_chart", "nice_ticks", "tick_labels", "PALETTE", "DASHES", "MARKERS"]
 
-PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
-           "#9c755f", "#bab0ac")
+PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
 DASHES = ("", "6 3", "2 2", "9 3 2 3")  # per series, cycling: solid, dashed, dotted, dash-dot
 MARKERS = ("circle", "square", "triangle", "diamond")
 _W, _H = 560, 200
@@ -127,8 +126,7 @@ def _marker(kind: str, x: float, y: float, col: str, r: float, title: str = "") 
 
 def _style(i: int) -> tuple[str, str, str, float]:
     """(colour, dash pattern, marker, stroke width) of series ``i``; earlier series are wider."""
-    return (PALETTE[i % len(PALETTE)], DASHES[i % len(DASHES)], MARKERS[i % len(MARKERS)],
-            3.2 if i == 0 else 1.8)
+    return (PALETTE[i % len(PALETTE)], DASHES[i % len(DASHES)], MARKERS[i % len(MARKERS)], 3.2 if i == 0 else 1.8)
 
 
 def _legend(names: Sequence[str], width: int, top: float, lines: bool) -> tuple[list[str], int]:

@@ -35,7 +35,6 @@ from swarm.policy.base import PolicyBackend
 __all__ = ["PreviousCall", "PromptPlan", "normalize_messages", "assistant_matches", "plan_prompt", "canonical_tools"]
 
 _SENTINEL = "SWARMSENTINEL7f3a9c"
-_ASSISTANT_KEYS = ("content", "tool_calls")
 
 
 @dataclass(frozen=True)
@@ -69,9 +68,7 @@ def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if isinstance(content, list):
             m["content"] = "\n".join(p.get("text") or "" for p in content if isinstance(p, dict))
         if "tool_calls" in m:
-            m["tool_calls"] = [
-                {k: v for k, v in tc.items() if v is not None} for tc in m["tool_calls"]
-            ] or None
+            m["tool_calls"] = [{k: v for k, v in tc.items() if v is not None} for tc in m["tool_calls"]] or None
             if m["tool_calls"] is None:
                 del m["tool_calls"]
         out.append(m)

@@ -173,8 +173,7 @@ async def post_feedback(body: FeedbackIn, caller: Caller = Depends(any_caller),
                         state: GatewayState = Depends(State)) -> dict[str, Any]:
     """Human / judge feedback: a rating, a correction and/or a reward (final unless ``final: false``)."""
     if body.rating is None and body.correction is None and body.reward is None:
-        raise ApiError(400, "feedback needs a rating, a correction or a reward", param="rating",
-                       code="empty_feedback")
+        raise ApiError(400, "feedback needs a rating, a correction or a reward", param="rating", code="empty_feedback")
     ep_id, step_id = await _resolve(state, caller, body.episode_id, body.step_id, body.response_id)
     source = Source.blackbox if caller.episode_id else Source.service
     payload = dict(body.payload)

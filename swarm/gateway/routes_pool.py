@@ -79,8 +79,7 @@ def _bool(paging: dict[str, str], key: str, default: bool) -> bool:
 
 
 @router.get("/v1/pool/stats")
-async def pool_stats(state: GatewayState = Depends(State),
-                     _: Caller = Depends(reader_caller)) -> dict[str, Any]:
+async def pool_stats(state: GatewayState = Depends(State), _: Caller = Depends(reader_caller)) -> dict[str, Any]:
     """Counts of steps and episodes by status, source, task and policy; token storage."""
     return await state.db(state.pool.stats)
 

@@ -71,8 +71,7 @@ class GatewayState(ServiceState):
         assert caller.episode_id is not None
         head = await self.episodes.head(caller.episode_id)
         if head is None:
-            raise ApiError(401, "invalid api key: its episode does not exist in this pool",
-                           code="invalid_api_key")
+            raise ApiError(401, "invalid api key: its episode does not exist in this pool", code="invalid_api_key")
         ep = head.episode
         if ep.status != EpisodeStatus.open:
             self.episodes.forget(ep.episode_id)

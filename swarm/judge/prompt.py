@@ -91,8 +91,7 @@ def score_schema(spec: JudgeSpec, n: int) -> dict[str, Any]:
     """One integer score per trajectory, keys ``t1..tn`` in order, nothing else."""
     score = {"type": "integer", "enum": list(range(spec.scale_min, spec.scale_max + 1))}
     keys = [f"t{i}" for i in range(1, n + 1)]
-    return {"type": "object", "properties": {k: score for k in keys}, "required": keys,
-            "additionalProperties": False}
+    return {"type": "object", "properties": {k: score for k in keys}, "required": keys, "additionalProperties": False}
 
 
 def response_format(spec: JudgeSpec, n: int) -> dict[str, Any]:

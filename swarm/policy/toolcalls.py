@@ -28,8 +28,7 @@ from typing import Any
 
 from swarm.errors import ValidationError
 
-__all__ = ["ToolParser", "TOOL_PARSERS", "get_tool_parser", "parse_tool_calls", "split_tool_calls",
-           "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
+__all__ = ["ToolParser", "TOOL_PARSERS", "get_tool_parser", "split_tool_calls", "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
@@ -169,8 +168,7 @@ TOOL_PARSERS: dict[str, ToolParser] = {
     "llama3_json": ToolParser("llama3_json", "", "", "parameters", (_PYTHON_TAG, "{")),
     "mistral": ToolParser("mistral", "[TOOL_CALLS] [", "]", "arguments", (_MISTRAL,)),
 }
-_ALIASES = {"qwen": "hermes", "qwen25": "hermes", "qwen3": "hermes", "llama3": "llama3_json",
-            "llama": "llama3_json"}
+_ALIASES = {"qwen": "hermes", "qwen25": "hermes", "qwen3": "hermes", "llama3": "llama3_json", "llama": "llama3_json"}
 
 
 def get_tool_parser(name: str | None) -> ToolParser:
@@ -186,6 +184,3 @@ def split_tool_calls(text: str, parser: ToolParser | None = None) -> tuple[str, 
     return (parser or TOOL_PARSERS["hermes"]).split(text)
 
 
-def parse_tool_calls(text: str, parser: ToolParser | None = None) -> list[dict[str, Any]]:
-    """Only the OpenAI-shaped tool calls found in ``text`` (possibly empty)."""
-    return split_tool_calls(text, parser)[1]

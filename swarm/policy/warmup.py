@@ -31,8 +31,7 @@ NOUNS = (
 )
 VERBS = ("say", "repeat", "echo", "tell", "give", "name")
 # the tiny model's warm-ups by their config name (model.warmup), as module:function
-WARMUPS = {"word_chain": "swarm.policy.warmup:word_chain_warmup",
-           "reading": "swarm.policy.copy_warmup:reading_warmup"}
+WARMUPS = {"word_chain": "swarm.policy.warmup:word_chain_warmup", "reading": "swarm.policy.copy_warmup:reading_warmup"}
 
 
 def get_warmup(name: str) -> Any:

@@ -19,7 +19,6 @@ from array import array
 __all__ = ["HASH_BYTES", "pack_ids", "unpack_ids", "pack_floats", "unpack_floats", "cut", "split_hashes"]
 
 HASH_BYTES = 16
-MAX_TOKEN_ID = 2**32 - 1
 _BIG_ENDIAN = sys.byteorder == "big"
 assert array("I").itemsize == 4 and array("d").itemsize == 8
 

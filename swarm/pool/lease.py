@@ -164,11 +164,7 @@ def _select(
     """The group keys to lease (oldest first) and their available step ids."""
     sel = f.model_copy(update={"consumed": None})  # stated once, in ``unclaimed``
     # group conditions are checked on candidate groups only, not over the whole pool
-    where = [
-        *step_conditions(sel, dialect, groups=False),
-        *unclaimed,
-        E.c.status != EpisodeStatus.abandoned.value,
-    ]
+    where = [*step_conditions(sel, dialect, groups=False), *unclaimed, E.c.status != EpisodeStatus.abandoned.value]
     check = _group_check(c, sel, dialect) if has_group_conditions(sel) else None
     order = _candidate_groups(c, where, max_groups or 2 * (max_steps or 0), check)
     return _fit(order, _members(c, where, order), max_steps, max_groups)

@@ -124,8 +124,8 @@ def read_steps(c: sa.Connection, where: list[sa.ColumnElement], with_tokens: boo
     return [to_step(r, tokens.get(r["step_id"])) for r in rows]
 
 
-def load_tokens(c: sa.Connection, rows: list[Mapping[str, Any]]) -> dict[str, list[int]]:
-    """Each row's token ids (prompt then response) by step_id, from its blocks and tail."""
+def load_tokens(c: sa.Connection, rows: list[Mapping[str, Any]], missing_ok: bool = False) -> dict[str, list[int]]:
+    """Each row's token ids (prompt then response) by step_id; a missing block raises (or is empty: ``missing_ok``)."""
     keys = sorted({k for r in rows for k in split_hashes(r["block_keys"])})
     found: dict[bytes, bytes] = {}
     for chunk in chunks(keys):
@@ -133,7 +133,7 @@ def load_tokens(c: sa.Connection, rows: list[Mapping[str, Any]]) -> dict[str, li
     out = {}
     for r in rows:
         try:
-            data = b"".join(found[k] for k in split_hashes(r["block_keys"]))
+            data = b"".join(found.get(k, b"") if missing_ok else found[k] for k in split_hashes(r["block_keys"]))
         except KeyError as e:
             raise SwarmError("step references a missing token block", step_id=r["step_id"]) from e
         out[r["step_id"]] = unpack_ids(data + r["tail"])

@@ -118,12 +118,6 @@ class SharedBase:
             raise ValidationError(f"unknown policy {policy!r}; the shared base has {sorted(self.adapters)}")
         return PolicyAdapter(self, policy)
 
-    def parameter_bytes(self) -> dict[str, int]:
-        """Bytes held by the frozen base and by all adapters (for the memory table)."""
-        base = sum(p.numel() * p.element_size() for n, p in self.model.named_parameters() if not p.requires_grad)
-        adapters = sum(p.numel() * p.element_size() for ps in self.params.values() for p in ps.values())
-        return {"base": base, "adapters": adapters}
-
 
 class PolicyAdapter:
     """One policy's view of a :class:`SharedBase`: what :class:`~swarm.train.Trainer` needs of a model."""

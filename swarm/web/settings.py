@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["GatewaySettings", "is_loopback"]
@@ -101,9 +101,6 @@ class GatewaySettings:
             kw["admin_token"] = env["SWARM_ADMIN_TOKEN"]
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
-
-    def with_(self, **changes: Any) -> GatewaySettings:
-        return replace(self, **changes)
 
     def check_bind(self, host: str) -> None:
         """Refuse (ValueError) to serve on a non-loopback ``host`` without both tokens."""

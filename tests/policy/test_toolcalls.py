@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from swarm.policy.toolcalls import parse_tool_calls, split_tool_calls
+from swarm.policy.toolcalls import split_tool_calls
 
 
 def test_parses_one_and_many_calls():
@@ -17,11 +17,11 @@ def test_parses_one_and_many_calls():
     assert c["function"]["name"] == "get_weather"
     assert json.loads(c["function"]["arguments"]) == {"city": "Paris"}
     two = text + '<tool_call>{"name": "search", "arguments": "{\\"q\\": 1}"}</tool_call>'
-    calls = parse_tool_calls(two)
+    calls = split_tool_calls(two)[1]
     assert [c["function"]["name"] for c in calls] == ["get_weather", "search"]
     assert json.loads(calls[1]["function"]["arguments"]) == {"q": 1}
     assert calls[0]["id"] != calls[1]["id"]
-    assert json.loads(parse_tool_calls('<tool_call>{"name": "f"}</tool_call>')[0]["function"]["arguments"]) == {}
+    assert json.loads(split_tool_calls('<tool_call>{"name": "f"}</tool_call>')[1][0]["function"]["arguments"]) == {}
 
 
 def test_malformed_blocks_are_kept_as_text():
