@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from swarm.errors import ValidationError
+from swarm.policy.base import GenerateRequest
 from swarm.policy.textguard import guard_chat, split_guarded
 
 __all__ = ["LocalTokenizer", "control_texts", "TextEncoder"]
@@ -96,6 +97,18 @@ class LocalTokenizer:
         ids: list[int] = []
         for piece, literal in pieces:
             ids.extend(plain.encode(piece) if literal else tok.encode(piece, add_special_tokens=False))
+        return ids
+
+    def request_ids(self, request: GenerateRequest) -> list[int]:
+        """A request's prompt ids (given, or its messages rendered and encoded); never empty."""
+        if request.prompt_ids is not None:
+            ids = [int(i) for i in request.prompt_ids]
+        elif request.messages is not None:
+            ids = self.encode(request.policy, self.render_chat(request.policy, request.messages, request.tools, True))
+        else:
+            raise ValidationError("request needs messages or prompt_ids", policy=request.policy)
+        if not ids:
+            raise ValidationError("prompt_ids: the prompt is empty", policy=request.policy)
         return ids
 
     def decode(self, policy: str, ids: list[int]) -> str:

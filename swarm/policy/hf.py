@@ -219,15 +219,8 @@ class HFBackend(LocalTokenizer, VersionTable):
     def prompt_ids(self, request: GenerateRequest) -> list[int]:
         """The exact prompt ids a request will be generated from (rendered chat or given ids)."""
         self._check_policy(request.policy)
-        if request.prompt_ids is not None:
-            ids = [int(i) for i in request.prompt_ids]
-        elif request.messages is not None:
-            ids = self.encode(request.policy, self.render_chat(request.policy, request.messages, request.tools, True))
-        else:
-            raise ValidationError("request needs messages or prompt_ids", policy=request.policy)
+        ids = self.request_ids(request)
         vocab = self.base_model.get_input_embeddings().num_embeddings
-        if not ids:
-            raise ValidationError("prompt_ids: the prompt is empty", policy=request.policy)
         if any(i < 0 or i >= vocab for i in ids):
             raise ValidationError(f"prompt_ids: token ids must be in [0, {vocab})", policy=request.policy)
         return ids

@@ -158,14 +158,7 @@ class VLLMBackend(LocalTokenizer, VersionTable):
     def _prepare(self, request: GenerateRequest, stream: bool) -> tuple[list[int], dict[str, Any]]:
         self._check_policy(request.policy)
         s = request.sampling
-        if request.prompt_ids is not None:
-            ids = [int(i) for i in request.prompt_ids]
-        elif request.messages is not None:
-            ids = self.encode(request.policy, self.render_chat(request.policy, request.messages, request.tools, True))
-        else:
-            raise ValidationError("request needs messages or prompt_ids", policy=request.policy)
-        if not ids:
-            raise ValidationError("prompt_ids: the prompt is empty", policy=request.policy)
+        ids = self.request_ids(request)
         if len(ids) + s.max_tokens > self.max_context(request.policy):
             raise ContextLengthError(
                 f"prompt ({len(ids)} tokens) + max_tokens ({s.max_tokens}) exceeds the context of "
