@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from swarm.pool import Database, StepFilter
 from swarm.pool.checks import chunks
 from swarm.pool.query import JOIN, REWARD, REWARD_FINAL, step_conditions
+from swarm.pool.rows import ORDERS
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import labels as L
 from swarm.pool.schema import leases as LS
@@ -29,25 +30,9 @@ from swarm.pool.schema import policy_versions as PV
 from swarm.pool.schema import steps as S
 from swarm.records import EpisodeStatus, RewardStatus
 
-__all__ = [
-    "breakdown",
-    "episode_counts",
-    "version_rewards",
-    "last_step_at",
-    "open_count",
-    "open_by_client",
-    "recent_episodes",
-    "rate_buckets",
-    "recent_leases",
-    "lease_totals",
-    "step_rows",
-    "role_of",
-    "policy_versions",
-    "capped_count",
-    "recent_labels",
-    "labels_of",
-    "read",
-]
+__all__ = ["breakdown", "episode_counts", "version_rewards", "last_step_at", "open_count", "open_by_client",
+           "recent_episodes", "rate_buckets", "recent_leases", "lease_totals", "step_rows", "role_of",
+           "policy_versions", "capped_count", "recent_labels", "labels_of", "read"]
 
 
 def read(pool: Database):
@@ -77,13 +62,8 @@ def breakdown(pool: Database, *, after: float | None = None, upto: float | None 
         where.append(S.c.created_at + 0 <= upto)  # "+ 0": scan the table, not the created_at index
     final_reward = sa.case((REWARD_FINAL, REWARD), else_=None)
     cols = (S.c.source, S.c.task, S.c.policy, S.c.policy_version, S.c.consumed_version)
-    q = (
-        sa.select(*cols, sa.func.count(), sa.func.count(final_reward), sa.func.sum(final_reward),
-                  sa.func.sum(S.c.length))
-        .select_from(JOIN)
-        .where(*where)
-        .group_by(*cols)
-    )
+    q = (sa.select(*cols, sa.func.count(), sa.func.count(final_reward), sa.func.sum(final_reward),
+                   sa.func.sum(S.c.length)).select_from(JOIN).where(*where).group_by(*cols))
     with read(pool) as c:
         return [
             {"source": r[0], "task": r[1], "policy": r[2], "version": int(r[3]),
@@ -110,21 +90,16 @@ def version_rewards(pool: Database) -> list[dict[str, Any]]:
     own (a multi-agent game's seats are separate episodes); per-step rewards do not enter here.
     A grouped scan over every step (background snapshot only).
     """
-    per_ep = (
-        sa.select(S.c.episode_id, sa.func.min(S.c.policy).label("p0"), sa.func.max(S.c.policy).label("p1"),
-                  sa.func.min(S.c.policy_version).label("v0"), sa.func.max(S.c.policy_version).label("v1"))
-        .group_by(S.c.episode_id)
-        .subquery()
-    )
+    per_ep = sa.select(S.c.episode_id, sa.func.min(S.c.policy).label("p0"), sa.func.max(S.c.policy).label("p1"),
+                       sa.func.min(S.c.policy_version).label("v0"),
+                       sa.func.max(S.c.policy_version).label("v1")).group_by(S.c.episode_id).subquery()
     pure = sa.and_(per_ep.c.p0 == per_ep.c.p1, per_ep.c.v0 == per_ep.c.v1)
     version = sa.case((pure, per_ep.c.v0), else_=None)
-    q = (
-        sa.select(per_ep.c.p0, version, E.c.type, sa.func.count(), sa.func.sum(E.c.reward))
-        .select_from(per_ep.join(E, E.c.episode_id == per_ep.c.episode_id))
-        .where(E.c.status == EpisodeStatus.finished.value, E.c.reward_status == RewardStatus.final.value,
-               E.c.reward.is_not(None))
-        .group_by(per_ep.c.p0, version, E.c.type)
-    )
+    q = (sa.select(per_ep.c.p0, version, E.c.type, sa.func.count(), sa.func.sum(E.c.reward))
+         .select_from(per_ep.join(E, E.c.episode_id == per_ep.c.episode_id))
+         .where(E.c.status == EpisodeStatus.finished.value, E.c.reward_status == RewardStatus.final.value,
+                E.c.reward.is_not(None))
+         .group_by(per_ep.c.p0, version, E.c.type))
     with read(pool) as c:
         return [{"policy": r[0], "version": None if r[1] is None else int(r[1]), "type": r[2],
                  "episodes": int(r[3]), "reward_sum": float(r[4] or 0.0)} for r in c.execute(q)]
@@ -145,13 +120,9 @@ def open_count(pool: Database) -> int:
 
 def open_by_client(pool: Database, limit: int = 200) -> list[dict[str, Any]]:
     """Clients with open episodes: how many, on which tasks, last activity (open episodes only)."""
-    q = (
-        sa.select(E.c.client_id, sa.func.count(), sa.func.max(E.c.updated_at), sa.func.min(E.c.task))
-        .where(E.c.status == EpisodeStatus.open.value)
-        .group_by(E.c.client_id)
-        .order_by(sa.func.count().desc())
-        .limit(limit)
-    )
+    q = (sa.select(E.c.client_id, sa.func.count(), sa.func.max(E.c.updated_at), sa.func.min(E.c.task))
+         .where(E.c.status == EpisodeStatus.open.value).group_by(E.c.client_id)
+         .order_by(sa.func.count().desc()).limit(limit))
     with read(pool) as c:
         return [{"client_id": r[0], "open_episodes": int(r[1]), "last_seen": float(r[2]), "task": r[3]}
                 for r in c.execute(q)]
@@ -159,12 +130,8 @@ def open_by_client(pool: Database, limit: int = 200) -> list[dict[str, Any]]:
 
 def recent_episodes(pool: Database, limit: int = 12) -> list[dict[str, Any]]:
     """The newest episodes (created_at index, descending)."""
-    q = (
-        sa.select(E.c.episode_id, E.c.task, E.c.group_id, E.c.client_id, E.c.type, E.c.status, E.c.reward,
-                  E.c.reward_status, E.c.created_at, E.c.ended_at)
-        .order_by(E.c.created_at.desc())
-        .limit(limit)
-    )
+    q = sa.select(E.c.episode_id, E.c.task, E.c.group_id, E.c.client_id, E.c.type, E.c.status, E.c.reward,
+                  E.c.reward_status, E.c.created_at, E.c.ended_at).order_by(E.c.created_at.desc()).limit(limit)
     with read(pool) as c:
         return [dict(r) for r in c.execute(q).mappings()]
 
@@ -172,11 +139,8 @@ def recent_episodes(pool: Database, limit: int = 12) -> list[dict[str, Any]]:
 def rate_buckets(pool: Database, start: float, end: float, width: float) -> dict[int, dict[str, int]]:
     """Steps per time bucket (``floor(created_at / width)``) and source in ``[start, end)``."""
     b = _floor_div(S.c.created_at, width, pool.dialect)
-    q = (
-        sa.select(b.label("b"), S.c.source, sa.func.count())
-        .where(S.c.created_at >= start, S.c.created_at < end)
-        .group_by(b, S.c.source)
-    )
+    q = (sa.select(b.label("b"), S.c.source, sa.func.count())
+         .where(S.c.created_at >= start, S.c.created_at < end).group_by(b, S.c.source))
     out: dict[int, dict[str, int]] = defaultdict(dict)
     with read(pool) as c:
         for i, src, n in c.execute(q):
@@ -194,10 +158,8 @@ def recent_leases(pool: Database, limit: int = 40) -> list[dict[str, Any]]:
 
 def lease_totals(pool: Database, now: float) -> dict[str, int]:
     """Leases by outcome: acked, active, released, or expired (active past its expiry)."""
-    outcome = sa.case(
-        (LS.c.state == "active", sa.case((LS.c.expires_at <= now, "expired"), else_="active")),
-        else_=LS.c.state,
-    )
+    outcome = sa.case((LS.c.state == "active", sa.case((LS.c.expires_at <= now, "expired"), else_="active")),
+                      else_=LS.c.state)
     with read(pool) as c:
         return {o: int(n) for o, n in c.execute(sa.select(outcome, sa.func.count()).group_by(outcome))}
 
@@ -231,23 +193,12 @@ def step_rows(pool: Database, f: StepFilter, limit: int, offset: int = 0, order:
     ``role`` and ``seat`` come from the episode's metadata (``role``; ``seat`` or ``player``), as
     multi-agent tasks record them (werewolves: one episode per seat); None when absent.
     """
-    orders = {
-        "-created": (S.c.created_at.desc(), S.c.step_id.desc()),
-        "created": (S.c.created_at, S.c.step_id),
-        "episode": (S.c.episode_id, S.c.idx, S.c.created_at),
-    }
-    q = (
-        sa.select(S.c.step_id, S.c.episode_id, S.c.idx.label("index"), S.c.task, S.c.group_id, S.c.policy,
-                  S.c.policy_version, S.c.source, REWARD.label("reward"), REWARD_FINAL.label("reward_final"),
-                  S.c.length, S.c.n_prompt, S.c.created_at, S.c.consumed_version, S.c.lease_id,
-                  S.c.lease_expires_at, E.c.status.label("episode_status"), E.c.type.label("episode_type"),
-                  E.c.meta.label("episode_meta"))
-        .select_from(JOIN)
-        .where(*step_conditions(f, pool.dialect))
-        .order_by(*orders[order])
-        .limit(limit)
-        .offset(offset)
-    )
+    q = (sa.select(S.c.step_id, S.c.episode_id, S.c.idx.label("index"), S.c.task, S.c.group_id, S.c.policy,
+                   S.c.policy_version, S.c.source, REWARD.label("reward"), REWARD_FINAL.label("reward_final"),
+                   S.c.length, S.c.n_prompt, S.c.created_at, S.c.consumed_version, S.c.lease_id,
+                   S.c.lease_expires_at, E.c.status.label("episode_status"), E.c.type.label("episode_type"),
+                   E.c.meta.label("episode_meta")).select_from(JOIN)
+         .where(*step_conditions(f, pool.dialect)).order_by(*ORDERS[order]).limit(limit).offset(offset))
     with read(pool) as c:
         if order != "episode" and not _selective(f) and c.dialect.name == "sqlite":
             rows = _forced(c, q, "ix_steps_created")

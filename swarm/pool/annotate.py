@@ -73,17 +73,9 @@ class AnnotateMixin(Database):
                 read_episode(c, ev.episode_id)
             if c.execute(sa.select(EV.c.event_id).where(EV.c.event_id == ev.event_id)).first():
                 raise ConflictError("an event with this id already exists", event_id=ev.event_id)
-            c.execute(
-                EV.insert(),
-                {
-                    "event_id": ev.event_id,
-                    "kind": ev.kind,
-                    "episode_id": ev.episode_id,
-                    "step_id": ev.step_id,
-                    "created_at": ev.created_at,
-                    "record": ev.model_dump(mode="json"),
-                },
-            )
+            c.execute(EV.insert(), {"event_id": ev.event_id, "kind": ev.kind, "episode_id": ev.episode_id,
+                                    "step_id": ev.step_id, "created_at": ev.created_at,
+                                    "record": ev.model_dump(mode="json")})
         if ev.kind == "reward" and apply_reward:  # a final reward is kept; a later one stays in the history as this event
             target = {"step_id": ev.step_id} if ev.step_id is not None else {"episode_id": ev.episode_id}
             self.set_reward(**target, reward=ev.value, final=True, keep_final=True)
@@ -100,9 +92,8 @@ class AnnotateMixin(Database):
 
     def label(self, target: str, target_id: str, label: str, exclude: bool = False, note: str = "") -> Label:
         """Mark a step or an episode; ``exclude=True`` drops it from filters (and training)."""
-        lbl = coerce(
-            Label, {"target": target, "target_id": target_id, "label": label, "exclude": exclude, "note": note}, "label"
-        )
+        lbl = coerce(Label, {"target": target, "target_id": target_id, "label": label, "exclude": exclude,
+                             "note": note}, "label")
         table, col = (S, S.c.step_id) if lbl.target == "step" else (E, E.c.episode_id)
         with self._tx(write=True) as c:
             if c.execute(sa.select(col).where(col == target_id)).first() is None:
@@ -120,23 +111,14 @@ class AnnotateMixin(Database):
         """Record a published version; re-adding the same one is a no-op, a different one a ConflictError."""
         pv = coerce(PolicyVersion, pv, "policy version")
         with self._tx(write=True) as c:
-            old = c.execute(
-                sa.select(PV.c.adapter_path).where(PV.c.policy == pv.policy, PV.c.version == pv.version)
-            ).first()
+            q = sa.select(PV.c.adapter_path).where(PV.c.policy == pv.policy, PV.c.version == pv.version)
+            old = c.execute(q).first()
             if old is not None:
                 if old.adapter_path != pv.adapter_path:
                     raise ConflictError("this policy version already exists", policy=pv.policy, version=pv.version)
                 return pv
-            c.execute(
-                PV.insert(),
-                {
-                    "policy": pv.policy,
-                    "version": pv.version,
-                    "adapter_path": pv.adapter_path,
-                    "created_at": pv.created_at,
-                    "meta": pv.metadata,
-                },
-            )
+            c.execute(PV.insert(), {"policy": pv.policy, "version": pv.version, "adapter_path": pv.adapter_path,
+                                    "created_at": pv.created_at, "meta": pv.metadata})
         return pv
 
     def latest_version(self, policy: str) -> int:
@@ -148,16 +130,8 @@ class AnnotateMixin(Database):
     def policy_versions(self, policy: str) -> list[PolicyVersion]:
         q = sa.select(PV).where(PV.c.policy == policy).order_by(PV.c.version)
         with self._tx() as c:
-            return [
-                PolicyVersion(
-                    policy=r["policy"],
-                    version=r["version"],
-                    adapter_path=r["adapter_path"],
-                    created_at=r["created_at"],
-                    metadata=r["meta"],
-                )
-                for r in c.execute(q).mappings()
-            ]
+            return [PolicyVersion(policy=r["policy"], version=r["version"], adapter_path=r["adapter_path"],
+                                  created_at=r["created_at"], metadata=r["meta"]) for r in c.execute(q).mappings()]
 
     # ---------------------------------------------------------------- stats
     def stats(self) -> dict[str, Any]:
@@ -172,18 +146,14 @@ class AnnotateMixin(Database):
             n_steps = c.execute(sa.select(sa.func.count()).select_from(S)).scalar_one()
             logical = c.execute(sa.select(sa.func.coalesce(sa.func.sum(S.c.length), 0))).scalar_one()
             tail_bytes = c.execute(sa.select(sa.func.coalesce(sa.func.sum(sa.func.length(S.c.tail)), 0))).scalar_one()
-            n_blocks, block_bytes = c.execute(
-                sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(sa.func.length(B.c.tokens)), 0))
-            ).one()
+            block_bytes_q = sa.func.coalesce(sa.func.sum(sa.func.length(B.c.tokens)), 0)
+            n_blocks, block_bytes = c.execute(sa.select(sa.func.count(), block_bytes_q)).one()
             status = sa.case((REWARD_FINAL, "final"), else_="pending")
-            consumed = c.execute(
-                sa.select(sa.func.count()).select_from(S).where(S.c.consumed_version.is_not(None))
-            ).scalar_one()
-            leased = c.execute(
-                sa.select(sa.func.count())
-                .select_from(S)
-                .where(S.c.consumed_version.is_(None), S.c.lease_id.is_not(None), S.c.lease_expires_at > t)
-            ).scalar_one()
+            n = sa.select(sa.func.count())
+            consumed = c.execute(n.select_from(S).where(S.c.consumed_version.is_not(None))).scalar_one()
+            leased = c.execute(n.select_from(S).where(S.c.consumed_version.is_(None), S.c.lease_id.is_not(None),
+                                                      S.c.lease_expires_at > t)).scalar_one()
+            active = c.execute(n.select_from(LS).where(LS.c.state == "active", LS.c.expires_at > t)).scalar_one()
             mean_reward = c.execute(sa.select(sa.func.avg(REWARD)).select_from(JOIN).where(REWARD_FINAL)).scalar()
             stored = (int(block_bytes) + int(tail_bytes)) // 4
             return {
@@ -199,27 +169,11 @@ class AnnotateMixin(Database):
                     "leased": int(leased),
                     "mean_final_reward": None if mean_reward is None else float(mean_reward),
                 },
-                "episodes": {
-                    "total": int(c.execute(sa.select(sa.func.count()).select_from(E)).scalar_one()),
-                    "by_status": by(c, E.c.status, E),
-                    "by_task": by(c, E.c.task, E),
-                    "by_type": by(c, E.c.type, E),
-                },
-                "tokens": {
-                    "logical": int(logical),
-                    "stored": stored,
-                    "blocks": int(n_blocks),
-                    "dedupe_ratio": (int(logical) / stored) if stored else None,
-                },
-                "leases": {
-                    "active": int(
-                        c.execute(
-                            sa.select(sa.func.count())
-                            .select_from(LS)
-                            .where(LS.c.state == "active", LS.c.expires_at > t)
-                        ).scalar_one()
-                    )
-                },
+                "episodes": {"total": int(c.execute(n.select_from(E)).scalar_one()), "by_status": by(c, E.c.status, E),
+                             "by_task": by(c, E.c.task, E), "by_type": by(c, E.c.type, E)},
+                "tokens": {"logical": int(logical), "stored": stored, "blocks": int(n_blocks),
+                           "dedupe_ratio": (int(logical) / stored) if stored else None},
+                "leases": {"active": int(active)},
             }
 
 
