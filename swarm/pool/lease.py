@@ -91,16 +91,12 @@ class LeaseMixin(Database):
         with self._tx(write=True) as c:
             row = _live(c, lease_id)
             t = now()
-            res = c.execute(
-                S.update()
-                .where(S.c.lease_id == lease_id, S.c.consumed_version.is_(None))
-                .values(consumed_version=consumed_version, consumed_at=t)
-            )
+            res = c.execute(S.update().where(S.c.lease_id == lease_id, S.c.consumed_version.is_(None))
+                            .values(consumed_version=consumed_version, consumed_at=t))
             if res.rowcount != row.n_steps:
                 raise LeaseError("lease lost some of its steps", lease_id=lease_id)
-            c.execute(
-                LS.update().where(LS.c.lease_id == lease_id).values(state="acked", consumed_version=consumed_version)
-            )
+            c.execute(LS.update().where(LS.c.lease_id == lease_id)
+                      .values(state="acked", consumed_version=consumed_version))
             return int(res.rowcount)
 
     def release(self, lease_id: str) -> int:
@@ -113,11 +109,8 @@ class LeaseMixin(Database):
                 raise LeaseError("lease is already acknowledged", lease_id=lease_id)
             if row.state == "released":
                 return 0
-            res = c.execute(
-                S.update()
-                .where(S.c.lease_id == lease_id, S.c.consumed_version.is_(None))
-                .values(lease_id=None, lease_expires_at=None)
-            )
+            res = c.execute(S.update().where(S.c.lease_id == lease_id, S.c.consumed_version.is_(None))
+                            .values(lease_id=None, lease_expires_at=None))
             c.execute(LS.update().where(LS.c.lease_id == lease_id).values(state="released"))
             return int(res.rowcount)
 
@@ -195,10 +188,8 @@ def _claim(c: sa.Connection, lease_id: str, ids: list[str], unclaimed: list[sa.C
     """Put ``ids`` under the lease; a ConflictError if any was claimed meanwhile."""
     claimed = 0
     for chunk in chunks(ids):
-        res = c.execute(
-            S.update().where(S.c.step_id.in_(chunk), *unclaimed).values(lease_id=lease_id, lease_expires_at=expires)
-        )
-        claimed += res.rowcount
+        q = S.update().where(S.c.step_id.in_(chunk), *unclaimed).values(lease_id=lease_id, lease_expires_at=expires)
+        claimed += c.execute(q).rowcount
     if claimed != len(ids):  # cannot happen under the claim lock; never hand out a shared step
         raise ConflictError("steps were claimed concurrently; retry the lease", lease_id=lease_id)
 
@@ -231,14 +222,8 @@ def _candidate_groups(
     page = max(256, 4 * want)
     offset = 0
     while len(keys) < want:
-        q = (
-            sa.select(S.c.step_id, S.c.group_id)
-            .select_from(JOIN)
-            .where(*where)
-            .order_by(S.c.created_at, S.c.step_id)
-            .limit(page)
-            .offset(offset)
-        )
+        q = (sa.select(S.c.step_id, S.c.group_id).select_from(JOIN).where(*where)
+             .order_by(S.c.created_at, S.c.step_id).limit(page).offset(offset))
         rows = c.execute(q).all()
         fresh: list[str] = []
         for sid, gid in rows:
@@ -259,12 +244,9 @@ def _members(c: sa.Connection, where: list[sa.ColumnElement], keys: list[str]) -
     """Available step ids of each group key (whole groups)."""
     out: dict[str, list[str]] = {}
     for chunk in chunks(keys):
-        q = (
-            sa.select(S.c.step_id, S.c.group_id)
-            .select_from(JOIN)
-            .where(*where, sa.or_(S.c.group_id.in_(chunk), sa.and_(S.c.group_id.is_(None), S.c.step_id.in_(chunk))))
-            .order_by(S.c.created_at, S.c.step_id)
-        )
+        q = (sa.select(S.c.step_id, S.c.group_id).select_from(JOIN)
+             .where(*where, sa.or_(S.c.group_id.in_(chunk), sa.and_(S.c.group_id.is_(None), S.c.step_id.in_(chunk))))
+             .order_by(S.c.created_at, S.c.step_id))
         for sid, gid in c.execute(q):
             out.setdefault(gid or sid, []).append(sid)
     return out

@@ -23,26 +23,14 @@ from swarm.pool.schema import labels as L
 from swarm.pool.schema import steps as S
 from swarm.records import RewardStatus, now
 
-__all__ = [
-    "JOIN",
-    "REWARD",
-    "REWARD_FINAL",
-    "step_conditions",
-    "episode_conditions",
-    "group_key",
-    "in_ids",
-    "good_groups",
-    "has_group_conditions",
-    "singletons_pass",
-]
+__all__ = ["JOIN", "REWARD", "REWARD_FINAL", "step_conditions", "episode_conditions", "group_key", "in_ids",
+           "good_groups", "has_group_conditions", "singletons_pass"]
 
 JOIN = S.join(E, E.c.episode_id == S.c.episode_id)
 _OWN = S.c.reward.is_not(None)
 REWARD = sa.case((_OWN, S.c.reward), else_=E.c.reward)
-REWARD_FINAL = sa.or_(
-    sa.and_(_OWN, S.c.reward_status == RewardStatus.final.value),
-    sa.and_(S.c.reward.is_(None), E.c.reward_status == RewardStatus.final.value),
-)
+REWARD_FINAL = sa.or_(sa.and_(_OWN, S.c.reward_status == RewardStatus.final.value),
+                      sa.and_(S.c.reward.is_(None), E.c.reward_status == RewardStatus.final.value))
 _VARIANCE_EPS = 1e-12
 
 
@@ -115,12 +103,8 @@ def step_conditions(f: StepFilter, dialect: str, groups: bool = True) -> list[sa
         c.append(S.c.group_id == f.group_id)
     if f.group_ids is not None:
         # group_key() IN (...) spelled so that the group_id and step_id indexes apply
-        c.append(
-            sa.or_(
-                in_ids(S.c.group_id, f.group_ids, dialect),
-                sa.and_(S.c.group_id.is_(None), in_ids(S.c.step_id, f.group_ids, dialect)),
-            )
-        )
+        c.append(sa.or_(in_ids(S.c.group_id, f.group_ids, dialect),
+                        sa.and_(S.c.group_id.is_(None), in_ids(S.c.step_id, f.group_ids, dialect))))
     if f.episode_type is not None:
         c.append(E.c.type == f.episode_type.value)
     if f.reward_status is not None:
@@ -141,12 +125,8 @@ def step_conditions(f: StepFilter, dialect: str, groups: bool = True) -> list[sa
         c.append(E.c.ended_at >= f.ended_since)
     for key, value in f.metadata.items():
         # the step's own metadata wins; a key it lacks is looked up on its episode
-        c.append(
-            sa.or_(
-                _json_eq(S.c.meta, key, value, dialect),
-                sa.and_(sa.not_(_json_has(S.c.meta, key, dialect)), _json_eq(E.c.meta, key, value, dialect)),
-            )
-        )
+        c.append(sa.or_(_json_eq(S.c.meta, key, value, dialect),
+                        sa.and_(sa.not_(_json_has(S.c.meta, key, dialect)), _json_eq(E.c.meta, key, value, dialect))))
     if f.label is not None:
         c.append(_has_label(L.c.label == f.label))
     if not f.include_excluded:
@@ -173,14 +153,9 @@ def good_groups(f: StepFilter, dialect: str) -> sa.Select:
         having.append(sa.func.max(final_reward) - sa.func.min(final_reward) > _VARIANCE_EPS)
     if f.min_group_size is not None:
         having.append(sa.func.count() >= f.min_group_size)
-    return (
-        sa.select(S.c.group_id)
-        .select_from(JOIN)
-        .where(S.c.group_id.is_not(None), *step_conditions(f, dialect, groups=False))
-        .group_by(S.c.group_id)
-        .having(*having)
-        .correlate(None)
-    )
+    return (sa.select(S.c.group_id).select_from(JOIN)
+            .where(S.c.group_id.is_not(None), *step_conditions(f, dialect, groups=False))
+            .group_by(S.c.group_id).having(*having).correlate(None))
 
 
 def singletons_pass(f: StepFilter) -> bool:
@@ -228,13 +203,8 @@ def episode_conditions(f: StepFilter, dialect: str) -> list[sa.ColumnElement]:
         c.append(sa.not_(_labelled(E.c.episode_id, "episode", L.c.exclude.is_(True))))
     step_fields = {k: getattr(f, k) for k in _STEP_ONLY if getattr(f, k) is not None}
     if step_fields or f.nonzero_variance or f.min_group_size is not None:
-        sf = StepFilter(
-            **step_fields,
-            current_version=f.current_version,
-            nonzero_variance=f.nonzero_variance,
-            min_group_size=f.min_group_size,
-            include_excluded=f.include_excluded,
-        )
+        sf = StepFilter(**step_fields, current_version=f.current_version, nonzero_variance=f.nonzero_variance,
+                        min_group_size=f.min_group_size, include_excluded=f.include_excluded)
         matching = sa.select(S.c.episode_id).select_from(JOIN).where(*step_conditions(sf, dialect)).correlate(None)
         c.append(E.c.episode_id.in_(matching))
     return c
