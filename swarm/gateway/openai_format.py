@@ -16,10 +16,8 @@ from typing import Any
 
 from swarm.policy.base import Generation, PolicyBackend
 
-__all__ = [
-    "new_completion_id", "normalize_tool_calls", "chat_logprobs", "chat_response", "chat_chunk",
-    "completion_response", "completion_chunk", "completion_logprobs", "usage",
-]
+__all__ = ["new_completion_id", "normalize_tool_calls", "chat_logprobs", "chat_response", "chat_chunk",
+           "completion_response", "completion_chunk", "completion_logprobs", "usage"]
 
 
 def new_completion_id(kind: str = "chatcmpl") -> str:
@@ -34,11 +32,8 @@ def normalize_tool_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         args = fn.get("arguments", "")
         if not isinstance(args, str):
             args = json.dumps(args)
-        out.append({
-            "id": c.get("id") or f"call_{uuid.uuid4().hex[:24]}",
-            "type": "function",
-            "function": {"name": str(fn.get("name", "")), "arguments": args},
-        })
+        out.append({"id": c.get("id") or f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                    "function": {"name": str(fn.get("name", "")), "arguments": args}})
     return out
 
 
@@ -61,14 +56,10 @@ def chat_logprobs(backend: PolicyBackend, policy: str, ids: list[int], lps: list
     if lps is None:
         return None
     alts = _tops(backend, policy, tops, len(ids))
-    return {
-        "content": [
-            {"token": tok, "logprob": lp, "bytes": list(tok.encode("utf-8")),
-             "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode("utf-8"))} for t, v in alt]}
-            for tok, lp, alt in zip(_token_strings(backend, policy, ids), lps, alts, strict=False)
-        ],
-        "refusal": None,
-    }
+    return {"content": [{"token": tok, "logprob": lp, "bytes": list(tok.encode("utf-8")),
+                         "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode("utf-8"))} for t, v in alt]}
+                        for tok, lp, alt in zip(_token_strings(backend, policy, ids), lps, alts, strict=False)],
+            "refusal": None}
 
 
 def completion_logprobs(backend: PolicyBackend, policy: str, ids: list[int], lps: list[float] | None,
@@ -104,45 +95,28 @@ def chat_message(gen: Generation, tool_calls: list[dict[str, Any]]) -> dict[str,
     return msg
 
 
+def _body(cid: str, obj: str, created: int, model: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {"id": cid, "object": obj, "created": created, "model": model, "system_fingerprint": None,
+            "choices": choices, **extra}
+
+
 def chat_response(cid: str, created: int, model: str, gens: list[Generation], calls: list[list[dict[str, Any]]],
                   logprobs: list[dict[str, Any] | None], swarm: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": cid,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "system_fingerprint": None,
-        "choices": [
-            {"index": i, "message": chat_message(g, calls[i]), "logprobs": logprobs[i],
-             "finish_reason": _finish(g, calls[i])}
-            for i, g in enumerate(gens)
-        ],
-        "usage": usage(gens),
-        "swarm": swarm,
-    }
+    choices = [{"index": i, "message": chat_message(g, calls[i]), "logprobs": logprobs[i],
+                "finish_reason": _finish(g, calls[i])} for i, g in enumerate(gens)]
+    return _body(cid, "chat.completion", created, model, choices, usage=usage(gens), swarm=swarm)
 
 
 def chat_chunk(cid: str, created: int, model: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-            "system_fingerprint": None, "choices": choices, **extra}
+    return _body(cid, "chat.completion.chunk", created, model, choices, **extra)
 
 
 def completion_response(cid: str, created: int, model: str, gens: list[Generation],
                         logprobs: list[dict[str, Any] | None], swarm: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": cid,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "system_fingerprint": None,
-        "choices": [
-            {"index": i, "text": g.text, "logprobs": logprobs[i],
-             "finish_reason": g.finish_reason if g.finish_reason in ("stop", "length") else "stop"}
-            for i, g in enumerate(gens)
-        ],
-        "usage": usage(gens),
-        "swarm": swarm,
-    }
+    choices = [{"index": i, "text": g.text, "logprobs": logprobs[i],
+                "finish_reason": g.finish_reason if g.finish_reason in ("stop", "length") else "stop"}
+               for i, g in enumerate(gens)]
+    return _body(cid, "text_completion", created, model, choices, usage=usage(gens), swarm=swarm)
 
 
 def completion_chunk(cid: str, created: int, model: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
