@@ -24,18 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = [
-    "SwarmError",
-    "ValidationError",
-    "NotFoundError",
-    "ConflictError",
-    "LeaseError",
-    "AuthError",
-    "ConfigError",
-    "BackendError",
-    "ContextLengthError",
-    "ChecksumError",
-]
+__all__ = ["SwarmError", "ValidationError", "NotFoundError", "ConflictError", "LeaseError", "AuthError", "ConfigError",
+           "BackendError", "ContextLengthError", "ChecksumError"]
 
 
 class SwarmError(Exception):

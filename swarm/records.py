@@ -21,19 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = [
-    "Source",
-    "EpisodeStatus",
-    "EpisodeType",
-    "RewardStatus",
-    "Episode",
-    "Step",
-    "Event",
-    "PolicyVersion",
-    "Label",
-    "new_id",
-    "now",
-]
+__all__ = ["Source", "EpisodeStatus", "EpisodeType", "RewardStatus", "Episode", "Step", "Event", "PolicyVersion",
+           "Label", "new_id", "now"]
 
 
 def new_id(prefix: str) -> str:

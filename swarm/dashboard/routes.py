@@ -169,13 +169,9 @@ async def step_detail(step_id: str, state: ServiceState = Depends(Service)) -> R
     prompt, response = list(step.prompt_ids), list(step.response_ids)
     cut = max(0, len(prompt) + len(response) - _MAX_TOKENS_SHOWN)
     cut = min(cut, len(prompt))
-    d["tokens_view"] = {
-        "prompt_skipped": cut,
-        "prompt": prompt[cut:],
-        "response": response,
-        "prompt_pieces": await state.cpu(_pieces, state.backend, step.policy, prompt[cut:]),
-        "response_pieces": await state.cpu(_pieces, state.backend, step.policy, response),
-    }
+    d["tokens_view"] = {"prompt_skipped": cut, "prompt": prompt[cut:], "response": response,
+                        "prompt_pieces": await state.cpu(_pieces, state.backend, step.policy, prompt[cut:]),
+                        "response_pieces": await state.cpu(_pieces, state.backend, step.policy, response)}
     ep = await state.db(state.pool.get_episode, step.episode_id)
     siblings = await state.db(queries.step_rows, state.pool, StepFilter(episode_id=step.episode_id,
                                                                         include_excluded=True), 500, 0, "episode")

@@ -49,16 +49,9 @@ async def create_episode(body: EpisodeCreate, request: Request, caller: Caller =
     ep = Episode(task=body.task, group_id=body.group_id, client_id=body.client_id, type=body.type,
                  timeout_s=timeout, metadata=body.metadata)
     ep = await state.episode_opener.submit(ep)
-    return {
-        "episode_id": ep.episode_id,
-        "base_url": state.base_url(request),
-        "api_key": state.signer.issue(ep.episode_id),
-        "task": ep.task,
-        "group_id": ep.group_id,
-        "type": ep.type.value,
-        "timeout_s": ep.timeout_s,
-        "created_at": ep.created_at,
-    }
+    return {"episode_id": ep.episode_id, "base_url": state.base_url(request),
+            "api_key": state.signer.issue(ep.episode_id), "task": ep.task, "group_id": ep.group_id,
+            "type": ep.type.value, "timeout_s": ep.timeout_s, "created_at": ep.created_at}
 
 
 @router.post("/v1/episodes/{episode_id}/heartbeat")

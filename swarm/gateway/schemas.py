@@ -19,11 +19,9 @@ from swarm.pool.filter import StepFilter
 from swarm.records import EpisodeType
 from swarm.web.limits import FreeJSON, Id, Int32, ModelJSONList, ModelText, Name, Task, Text, check_json
 
-__all__ = [
-    "ChatMessage", "ChatCompletionRequest", "CompletionRequest", "EpisodeCreate", "EpisodeEnd",
-    "WhiteboxStep", "StepsSubmit", "EventIn", "FeedbackIn", "LeaseRequest", "AckRequest", "LabelIn",
-    "MAX_MESSAGES", "MAX_TOOLS", "MAX_BODY_VALUES",
-]
+__all__ = ["ChatMessage", "ChatCompletionRequest", "CompletionRequest", "EpisodeCreate", "EpisodeEnd", "WhiteboxStep",
+           "StepsSubmit", "EventIn", "FeedbackIn", "LeaseRequest", "AckRequest", "LabelIn", "MAX_MESSAGES",
+           "MAX_TOOLS", "MAX_BODY_VALUES"]
 
 TokenId = Annotated[int, Field(ge=0, lt=2**31)]
 BigInt = 2**53  # larger integers would overflow the database's 64-bit columns (or JSON doubles)

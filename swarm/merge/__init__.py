@@ -17,21 +17,8 @@ from swarm.merge.layout import PackedRow
 from swarm.merge.modes import MODES, MergedBatch, MergeMode, MergeStats, merge_items, timeline_chains
 from swarm.merge.trie import PrefixTrie
 
-__all__ = [
-    "TrainSeq",
-    "PrefixTrie",
-    "PackedRow",
-    "MergeMode",
-    "MergeStats",
-    "MergedBatch",
-    "MODES",
-    "merge_items",
-    "timeline_chains",
-    "Collated",
-    "collate",
-    "micro_batches",
-    "tree_attention_mask",
-]
+__all__ = ["TrainSeq", "PrefixTrie", "PackedRow", "MergeMode", "MergeStats", "MergedBatch", "MODES", "merge_items",
+           "timeline_chains", "Collated", "collate", "micro_batches", "tree_attention_mask"]
 
 _LAZY = dict.fromkeys(("Collated", "collate", "micro_batches", "tree_attention_mask"), "swarm.merge.tensors")
 

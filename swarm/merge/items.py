@@ -70,13 +70,7 @@ class TrainSeq:
     @classmethod
     def from_step(cls, step: Step, advantage: float) -> TrainSeq:
         """The step's exact token ids and sampling logprobs, with the advantage computed for it."""
-        return cls(
-            step_id=step.step_id,
-            prompt_ids=tuple(step.prompt_ids),
-            response_ids=tuple(step.response_ids),
-            behaviour_logprobs=None if step.response_logprobs is None else tuple(step.response_logprobs),
-            advantage=float(advantage),
-            episode_id=step.episode_id,
-            policy_version=step.policy_version,
-            constraint=step.metadata.get("constraint"),
-        )
+        return cls(step_id=step.step_id, prompt_ids=tuple(step.prompt_ids), response_ids=tuple(step.response_ids),
+                   behaviour_logprobs=None if step.response_logprobs is None else tuple(step.response_logprobs),
+                   advantage=float(advantage), episode_id=step.episode_id, policy_version=step.policy_version,
+                   constraint=step.metadata.get("constraint"))

@@ -49,13 +49,9 @@ class MergeStats:
 
     def as_metrics(self, prefix: str = "merge/") -> dict[str, float]:
         """Slash-namespaced numbers for logging."""
-        return {
-            f"{prefix}tokens_before": float(self.tokens_before),
-            f"{prefix}tokens_after": float(self.tokens_after),
-            f"{prefix}token_ratio": float(self.ratio),
-            f"{prefix}rows": float(self.rows),
-            f"{prefix}items": float(self.items),
-        }
+        return {f"{prefix}tokens_before": float(self.tokens_before), f"{prefix}tokens_after": float(self.tokens_after),
+                f"{prefix}token_ratio": float(self.ratio), f"{prefix}rows": float(self.rows),
+                f"{prefix}items": float(self.items)}
 
 
 @dataclass
@@ -134,13 +130,7 @@ def merge_items(
         targets_at.append(tmap)
 
     rows = emit_rows(tries, targets_at, pack_units(units, token_budget, pack))
-    stats = MergeStats(
-        mode=mode,
-        items=len(items),
-        targets=sum(len(r.target_ids) for r in rows),
-        tokens_before=sum(len(it) for it in items),
-        tokens_after=sum(len(r) for r in rows),
-        rows=len(rows),
-        max_row=max((len(r) for r in rows), default=0),
-    )
+    stats = MergeStats(mode=mode, items=len(items), targets=sum(len(r.target_ids) for r in rows),
+                       tokens_before=sum(len(it) for it in items), tokens_after=sum(len(r) for r in rows),
+                       rows=len(rows), max_row=max((len(r) for r in rows), default=0))
     return MergedBatch(items=list(items), rows=rows, stats=stats, token_budget=token_budget)

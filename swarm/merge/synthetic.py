@@ -25,14 +25,9 @@ def _toks(rng: random.Random, n: int, vocab: int) -> list[int]:
 
 
 def _item(rng: random.Random, name: str, prompt: list[int], response: list[int], episode: str = "") -> TrainSeq:
-    return TrainSeq(
-        step_id=name,
-        prompt_ids=tuple(prompt),
-        response_ids=tuple(response),
-        behaviour_logprobs=tuple(-rng.uniform(0.05, 4.0) for _ in response),
-        advantage=rng.gauss(0.0, 1.0),
-        episode_id=episode,
-    )
+    return TrainSeq(step_id=name, prompt_ids=tuple(prompt), response_ids=tuple(response),
+                    behaviour_logprobs=tuple(-rng.uniform(0.05, 4.0) for _ in response), advantage=rng.gauss(0.0, 1.0),
+                    episode_id=episode)
 
 
 def random_tree_items(seed: int, n_items: int = 12, vocab: int = 50, max_new: int = 12) -> list[TrainSeq]:

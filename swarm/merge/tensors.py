@@ -85,15 +85,9 @@ def collate(rows: list[PackedRow], pad_id: int = 0, force_mask: bool = False, de
         ti.extend(row.target_item)
         to.extend(row.target_offset)
     chains = not force_mask and all(row.is_chain for row in rows)
-    return Collated(
-        input_ids=ids,
-        position_ids=None if chains else pos,
-        attention_mask=None if chains or not dense_mask else tree_attention_mask(end),
-        predict_row=torch.tensor(pr, dtype=torch.long),
-        predict_pos=torch.tensor(pp, dtype=torch.long),
-        target_ids=torch.tensor(tid, dtype=torch.long),
-        target_item=torch.tensor(ti, dtype=torch.long),
-        target_offset=torch.tensor(to, dtype=torch.long),
-        n_tokens=sum(len(r) for r in rows),
-        subtree_end=None if chains else end,
-    )
+    return Collated(input_ids=ids, position_ids=None if chains else pos,
+                    attention_mask=None if chains or not dense_mask else tree_attention_mask(end),
+                    predict_row=torch.tensor(pr, dtype=torch.long), predict_pos=torch.tensor(pp, dtype=torch.long),
+                    target_ids=torch.tensor(tid, dtype=torch.long), target_item=torch.tensor(ti, dtype=torch.long),
+                    target_offset=torch.tensor(to, dtype=torch.long), n_tokens=sum(len(r) for r in rows),
+                    subtree_end=None if chains else end)

@@ -14,19 +14,8 @@ from typing import Any
 
 from swarm.policy.base import GenerateRequest, Generation, PolicyBackend, SamplingParams, TokenDelta
 
-__all__ = [
-    "PolicyBackend",
-    "GenerateRequest",
-    "SamplingParams",
-    "Generation",
-    "TokenDelta",
-    "HFBackend",
-    "UpstreamBackend",
-    "VLLMBackend",
-    "ensure_tiny_model",
-    "build_backend",
-    "BACKENDS",
-]
+__all__ = ["PolicyBackend", "GenerateRequest", "SamplingParams", "Generation", "TokenDelta", "HFBackend",
+           "UpstreamBackend", "VLLMBackend", "ensure_tiny_model", "build_backend", "BACKENDS"]
 
 # kind -> (module, class)
 BACKENDS: dict[str, tuple[str, str]] = {

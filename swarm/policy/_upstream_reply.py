@@ -59,10 +59,7 @@ def norm_tool_calls(calls: Any) -> list[dict[str, Any]]:
         fn = c.get("function") or {}
         args = fn.get("arguments")
         out.append(
-            {
-                "id": c.get("id") or f"call_{len(out)}",
-                "type": "function",
-                "function": {"name": fn.get("name", ""), "arguments": args if isinstance(args, str) else "{}"},
-            }
+            {"id": c.get("id") or f"call_{len(out)}", "type": "function",
+             "function": {"name": fn.get("name", ""), "arguments": args if isinstance(args, str) else "{}"}}
         )
     return out

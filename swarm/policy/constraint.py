@@ -38,10 +38,8 @@ import torch
 
 from swarm.errors import ValidationError
 
-__all__ = [
-    "Constraint", "Grammars", "TokenMask", "request_constraint", "LIBRARY", "SEPARATORS", "TOOL_CALL_SEPARATORS",
-    "TOOL_CALL_PREFIX", "TOOL_CALL_SUFFIX", "ARGUMENTS_KEY",
-]
+__all__ = ["Constraint", "Grammars", "TokenMask", "request_constraint", "LIBRARY", "SEPARATORS",
+           "TOOL_CALL_SEPARATORS", "TOOL_CALL_PREFIX", "TOOL_CALL_SUFFIX", "ARGUMENTS_KEY"]
 
 try:
     LIBRARY = f"xgrammar {importlib.metadata.version('xgrammar')}"

@@ -212,15 +212,8 @@ class EchoBackend(VersionTable):
             content = self.decode(policy, ids)
         else:
             ids = ids + [self._special_ids[self._eos]]
-        return Generation(
-            prompt_ids=prompt_ids,
-            response_ids=ids,
-            logprobs=[0.0] * len(ids),
-            text=content,
-            tool_calls=tool_calls,
-            finish_reason=finish,
-            policy_version=self._versions[policy],
-        )
+        return Generation(prompt_ids=prompt_ids, response_ids=ids, logprobs=[0.0] * len(ids), text=content,
+                          tool_calls=tool_calls, finish_reason=finish, policy_version=self._versions[policy])
 
     async def generate(self, request: GenerateRequest) -> list[Generation]:
         prompt_ids = self._prompt_ids(request)

@@ -245,11 +245,8 @@ class HFBackend(LocalTokenizer, VersionTable):
             raise ValidationError("temperature must be >= 0 and top_p in (0, 1]", policy=request.policy)
         ids = self.prompt_ids(request)
         if len(ids) + s.max_tokens > self._max_context:
-            raise ContextLengthError(
-                f"prompt ({len(ids)} tokens) + max_tokens ({s.max_tokens}) exceeds the context of "
-                f"{self._max_context} tokens",
-                policy=request.policy,
-            )
+            raise ContextLengthError(f"prompt ({len(ids)} tokens) + max_tokens ({s.max_tokens}) exceeds the context of "
+                                     f"{self._max_context} tokens", policy=request.policy)
         seed = s.seed if s.seed is not None else self._rng.getrandbits(62)
         c = request.constraint
         rows = [
@@ -277,9 +274,8 @@ class HFBackend(LocalTokenizer, VersionTable):
         self._check_policy(policy)
         with self.paused():
             if version <= self._versions[policy]:
-                raise ConflictError(
-                    f"version {version} is not newer than the served version {self._versions[policy]}", policy=policy
-                )
+                raise ConflictError(f"version {version} is not newer than the served version {self._versions[policy]}",
+                                    policy=policy)
             if adapter_state is not None:
                 self._apply_state(policy, adapter_state)
             self._versions[policy] = int(version)
@@ -399,16 +395,10 @@ class HFBackend(LocalTokenizer, VersionTable):
             c = job.request.constraint
             content, calls = self.tool_parser.split(row.text)
             job.finals[row.index] = Generation(
-                prompt_ids=list(job.prompt_ids),
-                response_ids=list(row.ids),
-                logprobs=list(row.logprobs),
-                text=content,
-                tool_calls=calls,
-                finish_reason=row.finish_reason or "stop",
-                policy_version=job.version,
+                prompt_ids=list(job.prompt_ids), response_ids=list(row.ids), logprobs=list(row.logprobs), text=content,
+                tool_calls=calls, finish_reason=row.finish_reason or "stop", policy_version=job.version,
                 constraint=None if c is None else self.grammars().record(c),
-                top_logprobs=[list(t) for t in row.top] if row.sampling.top_logprobs > 0 else None,
-            )
+                top_logprobs=[list(t) for t in row.top] if row.sampling.top_logprobs > 0 else None)
             job.remaining -= 1
             if job.remaining == 0:
                 self._send(job, _DONE)
@@ -422,19 +412,9 @@ class HFBackend(LocalTokenizer, VersionTable):
 
         weights = StepWeights(self._adapter_context, self._adapter_name, peft=self.model is not self.base_model)
         try:
-            decode_batch(
-                self.model,
-                self.tokenizer,
-                rows,
-                pad_id=self.pad_id,
-                eos_ids=self.eos_ids,
-                device=self.device,
-                on_token=on_token,
-                on_finish=on_finish,
-                admit=admit,
-                max_rows=self.max_batch_size,
-                weights=lambda batch: weights.kwargs([r.owner.request.policy for r in batch]),
-            )
+            decode_batch(self.model, self.tokenizer, rows, pad_id=self.pad_id, eos_ids=self.eos_ids, device=self.device,
+                         on_token=on_token, on_finish=on_finish, admit=admit, max_rows=self.max_batch_size,
+                         weights=lambda batch: weights.kwargs([r.owner.request.policy for r in batch]))
         finally:
             weights.close()
 

@@ -263,21 +263,12 @@ def build_model(spec: TinySpec, tokenizer, seed: int):
 
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_hidden_layers,
-        num_attention_heads=spec.num_attention_heads,
-        num_key_value_heads=spec.num_key_value_heads,
-        max_position_embeddings=spec.max_position_embeddings,
-        initializer_range=spec.initializer_range,
-        rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=eos,
-        pad_token_id=pad,
-    )
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=spec.hidden_size,
+                         intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_hidden_layers,
+                         num_attention_heads=spec.num_attention_heads, num_key_value_heads=spec.num_key_value_heads,
+                         max_position_embeddings=spec.max_position_embeddings, initializer_range=spec.initializer_range,
+                         rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
+                         tie_word_embeddings=True, bos_token_id=None, eos_token_id=eos, pad_token_id=pad)
     model = LlamaForCausalLM(config).float().eval()
     for name, p in model.named_parameters():  # tied embeddings are listed once
         if p.dim() == 2:  # linear and embedding weights; the norms' ones stay

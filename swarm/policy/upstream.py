@@ -381,19 +381,10 @@ token the server reports (OpenAI: 20).
                 calls, entries = [], None
             if ch.get("token_ids"):
                 ids = list(ch["token_ids"])
-            gens.append(
-                UpstreamGeneration(
-                    prompt_ids=prompt_ids,
-                    response_ids=ids,
-                    logprobs=aligned(ids, lps),
-                    logprobs_content=entries,
-                    text=text,
-                    tool_calls=calls,
-                    finish_reason=ch.get("finish_reason") or "stop",
-                    policy_version=0,
-                    usage=_usage(data.get("usage")),
-                )
-            )
+            gens.append(UpstreamGeneration(prompt_ids=prompt_ids, response_ids=ids, logprobs=aligned(ids, lps),
+                                           logprobs_content=entries, text=text, tool_calls=calls,
+                                           finish_reason=ch.get("finish_reason") or "stop", policy_version=0,
+                                           usage=_usage(data.get("usage"))))
         if not gens:
             raise BackendError("upstream returned no choices", policy=request.policy)
         return gens
@@ -446,21 +437,11 @@ token the server reports (OpenAI: 20).
         for i in sorted(acc):
             a = acc[i]
             calls = [
-                {
-                    "id": c["id"] or f"call_{k}",
-                    "type": "function",
-                    "function": {"name": c["name"], "arguments": c["arguments"]},
-                }
+                {"id": c["id"] or f"call_{k}", "type": "function",
+                 "function": {"name": c["name"], "arguments": c["arguments"]}}
                 for k, c in sorted(a["calls"].items())
             ]
-            yield UpstreamGeneration(
-                prompt_ids=prompt_ids,
-                response_ids=a["ids"],
-                logprobs=aligned(a["ids"], a["lps"] if a["has_lps"] else None),
-                logprobs_content=a["entries"],
-                text=a["text"],
-                tool_calls=calls,
-                finish_reason=a["finish"] or "stop",
-                policy_version=0,
-                usage=usage,
-            )
+            yield UpstreamGeneration(prompt_ids=prompt_ids, response_ids=a["ids"],
+                                     logprobs=aligned(a["ids"], a["lps"] if a["has_lps"] else None),
+                                     logprobs_content=a["entries"], text=a["text"], tool_calls=calls,
+                                     finish_reason=a["finish"] or "stop", policy_version=0, usage=usage)

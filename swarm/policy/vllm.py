@@ -160,11 +160,8 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         s = request.sampling
         ids = self.request_ids(request)
         if len(ids) + s.max_tokens > self.max_context(request.policy):
-            raise ContextLengthError(
-                f"prompt ({len(ids)} tokens) + max_tokens ({s.max_tokens}) exceeds the context of "
-                f"{self.max_context(request.policy)} tokens",
-                policy=request.policy,
-            )
+            raise ContextLengthError(f"prompt ({len(ids)} tokens) + max_tokens ({s.max_tokens}) exceeds the context of "
+                                     f"{self.max_context(request.policy)} tokens", policy=request.policy)
         body: dict[str, Any] = {
             "prompt": ids,
             "max_tokens": s.max_tokens,
@@ -240,17 +237,10 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         c = None if request is None else request.constraint
         k = 0 if request is None else request.sampling.top_logprobs
         content, calls = self.tool_parser.split(text)
-        return Generation(
-            constraint=None if c is None else self.grammars().record(c),
-            top_logprobs=tops if k > 0 else None,
-            prompt_ids=list(prompt_ids),
-            response_ids=ids,
-            logprobs=lps,
-            text=content,
-            tool_calls=calls,
-            finish_reason=finish or "stop",
-            policy_version=v,
-        )
+        return Generation(constraint=None if c is None else self.grammars().record(c),
+                          top_logprobs=tops if k > 0 else None, prompt_ids=list(prompt_ids), response_ids=ids,
+                          logprobs=lps, text=content, tool_calls=calls, finish_reason=finish or "stop",
+                          policy_version=v)
 
     async def generate(self, request: GenerateRequest) -> list[Generation]:
         prompt_ids, body = self._prepare(request, stream=False)
@@ -338,18 +328,9 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         modules = sorted({k.split(".lora_")[0].rsplit(".", 1)[-1] for k in tensors if ".lora_" in k})
         rank = next(v.shape[0] for k, v in tensors.items() if ".lora_A." in k)
         save_file(tensors, str(path / "adapter_model.safetensors"))
-        config = {
-            "peft_type": "LORA",
-            "task_type": "CAUSAL_LM",
-            "base_model_name_or_path": self.model_name,
-            "r": int(rank),
-            "lora_alpha": float(cfg.alpha),
-            "lora_dropout": 0.0,
-            "target_modules": modules,
-            "bias": "none",
-            "fan_in_fan_out": False,
-            "inference_mode": True,
-        }
+        config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": self.model_name,
+                  "r": int(rank), "lora_alpha": float(cfg.alpha), "lora_dropout": 0.0, "target_modules": modules,
+                  "bias": "none", "fan_in_fan_out": False, "inference_mode": True}
         (path / "adapter_config.json").write_text(json.dumps(config, indent=1))
 
     async def aclose(self) -> None:

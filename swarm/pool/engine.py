@@ -43,12 +43,8 @@ def make_engine(url: str) -> sa.Engine:
     if backend == "sqlite":
         if parsed.database in (None, "", ":memory:"):
             raise ValidationError("url: the pool needs a SQLite file (in-memory databases are per connection)")
-        engine = sa.create_engine(
-            url,
-            connect_args={"timeout": _BUSY_TIMEOUT_S, "check_same_thread": False},
-            pool_size=8,
-            max_overflow=16,
-        )
+        engine = sa.create_engine(url, connect_args={"timeout": _BUSY_TIMEOUT_S, "check_same_thread": False},
+                                  pool_size=8, max_overflow=16)
         _sqlite_setup(engine)
     elif backend == "postgresql":
         engine = sa.create_engine(url, pool_size=8, max_overflow=16, pool_pre_ping=True)

@@ -141,11 +141,8 @@ class EpisodesMixin(Database):
         Their steps stay in the pool (for analysis) but are never leased for training.
         """
         t = _clock() if now is None else now
-        stale = sa.and_(
-            E.c.status == EpisodeStatus.open.value,
-            E.c.timeout_s.is_not(None),
-            E.c.updated_at + E.c.timeout_s < t,
-        )
+        stale = sa.and_(E.c.status == EpisodeStatus.open.value, E.c.timeout_s.is_not(None),
+                        E.c.updated_at + E.c.timeout_s < t)
         with self._tx(write=True) as c:
             ids = list(c.execute(sa.select(E.c.episode_id).where(stale)).scalars())
             for chunk in chunks(ids):

@@ -72,12 +72,8 @@ class StepFilter(BaseModel):
     @classmethod
     def trainable(cls, policy: str | None = None, **kw: Any) -> StepFilter:
         """The trainer's default: final rewards, finished train episodes, not consumed."""
-        base: dict[str, Any] = dict(
-            policy=policy,
-            reward_status=RewardStatus.final,
-            episode_status=EpisodeStatus.finished,
-            episode_type=EpisodeType.train,
-            consumed=False,
-        )
+        base: dict[str, Any] = dict(policy=policy, reward_status=RewardStatus.final,
+                                    episode_status=EpisodeStatus.finished, episode_type=EpisodeType.train,
+                                    consumed=False)
         base.update(kw)
         return cls(**base)

@@ -68,31 +68,17 @@ def to_step(r: Mapping[str, Any], ids: list[int] | None) -> Step:
         n = r["n_prompt"]
         prompt, response = ids[:n], ids[n:]
         logprobs = None if r["logprobs"] is None else unpack_floats(r["logprobs"])
-    return Step.model_construct(
-        step_id=r["step_id"],
-        episode_id=r["episode_id"],
-        index=r["idx"],
-        parent_step_id=r["parent_step_id"],
-        task=r["task"],
-        group_id=r["group_id"],
-        policy=r["policy"],
-        policy_version=r["policy_version"],
-        source=Source(r["source"]),
-        prompt_messages=body.get("prompt_messages"),
-        prompt_ids=prompt,
-        response_text=body.get("response_text"),
-        tool_calls=body.get("tool_calls") or [],
-        response_ids=response,
-        response_logprobs=logprobs,
-        finish_reason=body.get("finish_reason"),
-        response_id=r["response_id"],
-        prefix_consistent=body.get("prefix_consistent"),
-        reward=r["reward"] if own else r["ep_reward"],
-        reward_status=RewardStatus(r["reward_status"] if own else r["ep_reward_status"]),
-        created_at=r["created_at"],
-        timings=body.get("timings") or {},
-        metadata=r["meta"],
-    )
+    return Step.model_construct(step_id=r["step_id"], episode_id=r["episode_id"], index=r["idx"],
+                                parent_step_id=r["parent_step_id"], task=r["task"], group_id=r["group_id"],
+                                policy=r["policy"], policy_version=r["policy_version"], source=Source(r["source"]),
+                                prompt_messages=body.get("prompt_messages"), prompt_ids=prompt,
+                                response_text=body.get("response_text"), tool_calls=body.get("tool_calls") or [],
+                                response_ids=response, response_logprobs=logprobs,
+                                finish_reason=body.get("finish_reason"), response_id=r["response_id"],
+                                prefix_consistent=body.get("prefix_consistent"),
+                                reward=r["reward"] if own else r["ep_reward"],
+                                reward_status=RewardStatus(r["reward_status"] if own else r["ep_reward_status"]),
+                                created_at=r["created_at"], timings=body.get("timings") or {}, metadata=r["meta"])
 
 
 def read_episode(c: sa.Connection, episode_id: str) -> Episode:

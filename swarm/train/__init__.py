@@ -32,9 +32,8 @@ _LAZY = {
 }
 
 __all__ = ["assign_credit", "group_keys", "grpo_advantages", "advantage_stats", "ppo_clip_loss", "k3_kl",
-           "item_token_weights", "target_logprobs", "items_from_steps", "LoraSpec", "TrainConfig",
-           "Trainer", "Ledger", "adapter_state", "save_adapter", "commit_checkpoint",
-           "load_latest_checkpoint", "distributed"]
+           "item_token_weights", "target_logprobs", "items_from_steps", "LoraSpec", "TrainConfig", "Trainer", "Ledger",
+           "adapter_state", "save_adapter", "commit_checkpoint", "load_latest_checkpoint", "distributed"]
 
 
 def __getattr__(name: str) -> Any:

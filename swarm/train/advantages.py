@@ -103,10 +103,6 @@ def advantage_stats(advantages: Sequence[float], prefix: str = "adv/") -> dict[s
         return {}
     n = len(advantages)
     mean = sum(advantages) / n
-    return {
-        f"{prefix}mean": mean,
-        f"{prefix}std": math.sqrt(sum((a - mean) ** 2 for a in advantages) / n),
-        f"{prefix}min": min(advantages),
-        f"{prefix}max": max(advantages),
-        f"{prefix}zero_frac": sum(1 for a in advantages if a == 0.0) / n,
-    }
+    return {f"{prefix}mean": mean, f"{prefix}std": math.sqrt(sum((a - mean) ** 2 for a in advantages) / n),
+            f"{prefix}min": min(advantages), f"{prefix}max": max(advantages),
+            f"{prefix}zero_frac": sum(1 for a in advantages if a == 0.0) / n}

@@ -72,28 +72,16 @@ def micro_batch_loss(
 ) -> MicroLoss:
     """PPO-clip (+ ``cfg.kl_coef`` times k3 KL to ``ref_logp``) of one micro-batch's targets."""
     item, offset = col.target_item.to(logp.device), col.target_offset.to(logp.device)
-    pg, info = ppo_clip_loss(
-        logp,
-        weights.behaviour[item, offset],
-        weights.advantage[item],
-        proximal_logp=logp.detach() if cfg.ratio == "decoupled" else None,
-        clip_low=cfg.clip_low,
-        clip_high=cfg.clip_high,
-        tis_cap=cfg.tis_cap,
-    )
+    pg, info = ppo_clip_loss(logp, weights.behaviour[item, offset], weights.advantage[item],
+                             proximal_logp=logp.detach() if cfg.ratio == "decoupled" else None, clip_low=cfg.clip_low,
+                             clip_high=cfg.clip_high, tis_cap=cfg.tis_cap)
     tok_loss, kl = pg, None
     if ref_logp is not None:
         kl = k3_kl(logp, ref_logp)
         tok_loss = pg + cfg.kl_coef * kl
     w = weights.token_weight[item]
-    return MicroLoss(
-        loss=(w * tok_loss).sum(),
-        pg=(w * pg.detach()).sum(),
-        kl_ref=None if kl is None else kl.detach(),
-        info=info,
-        entropy=entropy,
-        tokens=int(col.target_ids.numel()),
-    )
+    return MicroLoss(loss=(w * tok_loss).sum(), pg=(w * pg.detach()).sum(), kl_ref=None if kl is None else kl.detach(),
+                     info=info, entropy=entropy, tokens=int(col.target_ids.numel()))
 
 
 @dataclass

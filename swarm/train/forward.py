@@ -91,13 +91,9 @@ def target_logprobs(
             dtype = next(lm.parameters()).dtype
             mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill(~mask, torch.finfo(dtype).min)
     with ctx:
-        out = lm.get_decoder()(
-            input_ids=col.input_ids.to(device),
-            attention_mask=mask,
-            position_ids=None if col.position_ids is None else col.position_ids.to(device),
-            use_cache=False,
-            **extra,
-        )
+        out = lm.get_decoder()(input_ids=col.input_ids.to(device), attention_mask=mask,
+                               position_ids=None if col.position_ids is None else col.position_ids.to(device),
+                               use_cache=False, **extra)
     hidden = out.last_hidden_state
     length = hidden.shape[1]
     flat = (col.predict_row * length + col.predict_pos).to(device)

@@ -84,10 +84,6 @@ def ppo_clip_loss(
         tis = torch.ones_like(ratio).detach()
     with torch.no_grad():
         clipped = ((advantages > 0) & (ratio > 1.0 + clip_high)) | ((advantages < 0) & (ratio < 1.0 - clip_low))
-        info = {
-            "ratio": ratio.detach(),
-            "clipped": clipped.to(logp.dtype),
-            "approx_kl": k3_kl(logp.detach(), behaviour),
-            "tis_weight": tis,
-        }
+        info = {"ratio": ratio.detach(), "clipped": clipped.to(logp.dtype),
+                "approx_kl": k3_kl(logp.detach(), behaviour), "tis_weight": tis}
     return loss, info

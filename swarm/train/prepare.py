@@ -27,10 +27,6 @@ def items_from_steps(
 ) -> list[TrainSeq]:
     """One :class:`TrainSeq` per step, in order, with its group-relative advantage."""
     rewards = assign_credit([s.reward for s in steps], [s.episode_id for s in steps], episode_rewards)
-    advantages = grpo_advantages(
-        rewards,
-        group_keys(steps, group_by),
-        scale_std=scale_std,
-        units=[s.episode_id for s in steps] if per_episode_stats else None,
-    )
+    advantages = grpo_advantages(rewards, group_keys(steps, group_by), scale_std=scale_std,
+                                 units=[s.episode_id for s in steps] if per_episode_stats else None)
     return [TrainSeq.from_step(s, a) for s, a in zip(steps, advantages, strict=False)]
