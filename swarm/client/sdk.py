@@ -36,7 +36,11 @@ class ClientError(SwarmError, RuntimeError):
 
 
 class SwarmClient:
-    """Talks to one gateway; ``token`` is the client token when the gateway requires one."""
+    """Talks to one gateway; ``token`` is the client token when the gateway requires one.
+
+    ``metadata`` goes into every episode this client begins (an episode's own metadata wins on a
+    shared key): the worker sets ``{"code_version": ...}`` so each episode names the task code that ran it.
+    """
 
     def __init__(
         self,
@@ -46,11 +50,13 @@ class SwarmClient:
         retries: int = 5,
         backoff_s: float = 0.25,
         transport: httpx.BaseTransport | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.token = token if token is not None else os.environ.get("SWARM_CLIENT_TOKEN")
         self.retries = retries
         self.backoff_s = backoff_s
+        self.metadata = dict(metadata or {})
         self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
         self.last_api_key: str | None = None  # of the last episode begun: a credential for /v1/sync
 
@@ -103,7 +109,7 @@ class SwarmClient:
               timeout_s: float | None = None, metadata: dict[str, Any] | None = None) -> EpisodeHandle:
         """Begin an episode without a ``with`` block; call ``end`` or ``abort`` yourself."""
         body = {"task": task, "group_id": group_id, "type": type, "client_id": client_id,
-                "timeout_s": timeout_s, "metadata": metadata or {}}
+                "timeout_s": timeout_s, "metadata": {**self.metadata, **(metadata or {})}}
         data = self.request("POST", "/v1/episodes", json={k: v for k, v in body.items() if v is not None})
         self.last_api_key = data["api_key"]
         return EpisodeHandle(self, data["episode_id"], data["base_url"], data["api_key"])

@@ -22,22 +22,29 @@ A task package is a module ``experiments.<name>`` (or any importable module path
 An instance may carry a ``"task"`` key naming the task its episodes are recorded under (a
 mixture task such as ``cocktail`` uses it so per-task metrics stay separate).
 
+Each loaded package has a ``code_version`` (:func:`code_version`): 12 hex characters hashing its
+source and data files. The worker tags every episode it opens with it (episode metadata
+``code_version``), so a pool filter ``StepFilter(metadata={"code_version": ...})`` selects the
+episodes one version of the task's code produced (a hot-swapped worker changes it).
+
 This module does not run anything; :mod:`swarm.client.worker` does.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import httpx
 
-__all__ = ["AgentLLM", "TaskPackage", "load_task", "check_options", "task_options"]
+__all__ = ["AgentLLM", "TaskPackage", "load_task", "check_options", "task_options", "code_version"]
 
 
 @dataclass
@@ -85,6 +92,36 @@ class TaskPackage:
     run_episode: Callable[[dict[str, Any], AgentLLM], dict[str, float]] | None
     run_multiagent: Callable[..., dict[str, float]] | None = None
     module: ModuleType | None = None
+    code_version: str = ""  # hash of the package's files (:func:`code_version`); "" when it has none
+
+
+_SKIP_DIRS = frozenset({"__pycache__", ".git", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
+
+
+def code_version(module: ModuleType) -> str:
+    """12 hex characters of SHA-256 over the files of ``module``'s package (sorted relative paths and bytes).
+
+    A package (a directory) hashes every file under it except bytecode and cache directories, so its
+    ``*.py`` files and data files (prompts, word lists) count; a single-file module hashes that file.
+    The same files give the same version on any machine; a module without files gives "".
+    """
+    paths = list(getattr(module, "__path__", None) or [])
+    if paths:
+        root = Path(paths[0])
+        files = sorted((p for p in root.rglob("*") if p.is_file() and p.suffix not in (".pyc", ".pyo")
+                        and not _SKIP_DIRS.intersection(p.relative_to(root).parts)),
+                       key=lambda p: p.relative_to(root).as_posix())
+    elif getattr(module, "__file__", None):
+        root = Path(module.__file__).parent  # type: ignore[arg-type]
+        files = [Path(module.__file__)]  # type: ignore[arg-type]
+    else:
+        return ""
+    h = hashlib.sha256()
+    for p in files:
+        rel = p.relative_to(root).as_posix().encode()
+        data = p.read_bytes()
+        h.update(len(rel).to_bytes(8, "big") + rel + len(data).to_bytes(8, "big") + data)
+    return h.hexdigest()[:12]
 
 
 def load_task(name: str) -> TaskPackage:
@@ -101,7 +138,7 @@ def load_task(name: str) -> TaskPackage:
         raise ValueError(f"task {name!r}: {module_name} has no make_instance(seed) function")
     if not callable(run_episode) and not callable(run_multiagent):
         raise ValueError(f"task {name!r}: {module_name} needs run_episode(instance, llm) or run_multiagent(...)")
-    return TaskPackage(name.rsplit(".", 1)[-1], make_instance, run_episode, run_multiagent, mod)
+    return TaskPackage(name.rsplit(".", 1)[-1], make_instance, run_episode, run_multiagent, mod, code_version(mod))
 
 
 def check_options(task: TaskPackage, options: dict[str, Any]) -> None:

@@ -4,6 +4,10 @@ Any number of workers on any machines may run the same task; each claims whole p
 (``group_size`` episodes on one instance, group id ``<task>-<seed>``) from its own seed stream,
 so workers never collide. A worker killed mid-episode leaves that episode open; the gateway
 abandons it after its timeout and it is never trained. The worker does not train anything.
+
+Every episode a worker opens carries the task package's ``code_version`` in its metadata
+(:func:`swarm.client.task.code_version`). Hot swap: stop a worker and start another on changed task
+code against the same gateway; the run keeps training and the new episodes carry the new version.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ def run_worker(cfg: WorkerConfig, stop: threading.Event | None = None) -> dict[s
     """Run episodes with ``cfg.workers`` threads until ``stop`` is set or ``max_groups`` are done."""
     stop = stop or threading.Event()
     task = load_task(cfg.task)
+    log.info("task %s code_version %s", task.name, task.code_version or "-")
     configure = getattr(task.module, "configure", None)
     if callable(configure) and cfg.options:
         configure(**cfg.options)  # e.g. cocktail's mixing ratios
@@ -86,7 +91,8 @@ def run_worker(cfg: WorkerConfig, stop: threading.Event | None = None) -> dict[s
             return next(slots, None)
 
     def loop() -> None:
-        with SwarmClient(cfg.server, token=cfg.token) as client:
+        tags = {"code_version": task.code_version} if task.code_version else {}
+        with SwarmClient(cfg.server, token=cfg.token, metadata=tags) as client:
             while not stop.is_set():
                 slot = next_slot()
                 if slot is None:
