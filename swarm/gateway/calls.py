@@ -23,7 +23,7 @@ from swarm.gateway.prefix import PromptPlan, normalize_messages, plan_prompt
 from swarm.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from swarm.gateway.state import GatewayState
 from swarm.gateway.structured import chat_constraint, compile_constraint, completion_constraint, top_logprobs
-from swarm.policy.base import GenerateRequest, Generation, SamplingParams, vocab_size
+from swarm.policy.base import CLIENT_BODY, GenerateRequest, Generation, SamplingParams, vocab_size
 from swarm.policy.toolcalls import TOOL_CALL_OPEN, split_tool_calls
 from swarm.pool.filter import StepFilter
 from swarm.records import Episode, Source, Step, new_id
@@ -105,16 +105,26 @@ def _sampling(state: GatewayState, body: ChatCompletionRequest | CompletionReque
         max_tokens=max_tokens,
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p,
+        top_k=max(body.top_k or 0, 0),  # 0 and -1 (vLLM's "off") both turn it off
         stop=tuple(s for s in stop if s),
         seed=None if body.seed is None else body.seed & (2**63 - 1),  # backends seed with non-negative ints
         n=body.n,
     )
 
 
-def _client_fields(body: ChatCompletionRequest) -> dict[str, Any]:
-    """The OpenAI fields a forwarding backend passes on as sent (``GenerateRequest.client_fields``)."""
+def _client_fields(body: ChatCompletionRequest, forwards: bool) -> dict[str, Any]:
+    """The OpenAI fields a forwarding backend passes on as sent (``GenerateRequest.client_fields``).
+
+    ``forwards``: the backend sends the call on to a server (``upstream``): it also gets the client's
+    whole body as sent (:data:`CLIENT_BODY`: the keys the client set, nothing filled in), so that
+    server sees no sampling default the client did not choose, its own length key, ``stream_options``,
+    content parts and ``extra_body`` keys.
+    """
     sent = {k: getattr(body, k) for k in ("tool_choice", "parallel_tool_calls", "response_format")}
-    return {k: v for k, v in sent.items() if v is not None} | ({"logprobs": True} if body.logprobs else {})
+    fields = {k: v for k, v in sent.items() if v is not None} | ({"logprobs": True} if body.logprobs else {})
+    if forwards:
+        fields[CLIENT_BODY] = body.model_dump(exclude_unset=True, mode="json")
+    return fields
 
 
 def _forwards(state: GatewayState, policy: str) -> bool:
@@ -164,11 +174,12 @@ async def prepare_chat(state: GatewayState, caller: Caller, body: ChatCompletion
         raise ApiError(400, f"the chat template cannot render these messages: {type(exc).__name__}: {exc}",
                        param="messages", code="template_error") from exc
     sampling = dataclasses.replace(_sampling(state, body, max_tokens, len(plan.prompt_ids), context), top_logprobs=top)
+    forwards = _forwards(state, policy)
     request = GenerateRequest(policy=policy, messages=messages, tools=tools, prompt_ids=plan.prompt_ids,
-                              sampling=sampling, constraint=constraint, client_fields=_client_fields(body))
+                              sampling=sampling, constraint=constraint, client_fields=_client_fields(body, forwards))
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     # tool_choice "none": a forwarding backend's server honours it; otherwise the gateway drops the calls
-    emulate_none = body.tool_choice == "none" and not _forwards(state, policy)
+    emulate_none = body.tool_choice == "none" and not forwards
     return CallPlan("chat", episode, policy, request, plan, bool(body.logprobs), new_completion_id("chatcmpl"),
                     now_s(), include_usage, tool_calls=not emulate_none, t0=t0,
                     timings={"prepare_s": time.perf_counter() - t0})
@@ -259,6 +270,8 @@ def _steps(plan: CallPlan, gens: list[Generation], base_index: int, parent: str 
             meta["tools"] = req.tools
         if plan.prompt.template_mismatch:
             meta["template_mismatch"] = True
+        if g.usage:  # the serving backend's own token counts for the whole call (e.g. an upstream API's bill)
+            meta["usage"] = g.usage
         if g.constraint is not None:  # the grammar it was sampled under: the trainer replays its masks
             meta["constraint"] = g.constraint
         elif req.constraint is not None:  # a server enforced it with its own masks: recorded, not replayable
@@ -299,7 +312,7 @@ def replayed(steps: list[Step]) -> list[Generation]:
     """The generations behind stored steps, to answer a repeated call exactly as the first time."""
     return [Generation(prompt_ids=list(s.prompt_ids), response_ids=list(s.response_ids), logprobs=s.response_logprobs,
                        text=s.response_text or "", tool_calls=list(s.tool_calls), finish_reason=s.finish_reason or "stop",
-                       policy_version=s.policy_version) for s in steps]
+                       policy_version=s.policy_version, usage=s.metadata.get("usage")) for s in steps]
 
 
 async def store(state: GatewayState, plan: CallPlan, gens: list[Generation]) -> list[Step]:

@@ -3,7 +3,8 @@
 Pure functions from backend :class:`~swarm.policy.base.Generation` objects to JSON-ready dicts.
 ``top_logprobs`` are filled from the backend's ``(token id, logprob)`` pairs when it reported
 them (``SamplingParams.top_logprobs``), else empty. A backend whose server tokenizes for itself
-(``upstream``) hands over that server's own ``logprobs.content`` entries, which go out as they came.
+(``upstream``) hands over that server's own ``logprobs.content`` entries, which go out as they came,
+and its own ``usage``, which is the call's ``usage`` (body and streamed usage chunk).
 This module does not store, validate requests or talk to the backend beyond ``decode``.
 """
 
@@ -75,8 +76,15 @@ def completion_logprobs(backend: PolicyBackend, policy: str, ids: list[int], lps
     return {"tokens": toks, "token_logprobs": list(lps), "top_logprobs": top, "text_offset": offsets}
 
 
-def usage(gens: list[Generation]) -> dict[str, int]:
-    """OpenAI's ``usage`` of one call: its prompt once, every choice's completion tokens."""
+_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def usage(gens: list[Generation]) -> dict[str, Any]:
+    """OpenAI's ``usage`` of one call: the serving backend's own when it reported one (``Generation.usage``,
+    details included, as sent), else counted here: its prompt once, every choice's completion tokens."""
+    reported = gens[0].usage if gens else None
+    if isinstance(reported, dict) and all(isinstance(reported.get(k), int) for k in _COUNTS):
+        return dict(reported)
     prompt, completion = len(gens[0].prompt_ids), sum(len(g.response_ids) for g in gens)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 

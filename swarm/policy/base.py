@@ -18,12 +18,17 @@ if TYPE_CHECKING:
 from swarm.errors import SwarmError
 
 __all__ = ["SamplingParams", "GenerateRequest", "Generation", "TokenDelta", "PolicyBackend", "VersionTable",
-           "vocab_size"]
+           "vocab_size", "CLIENT_BODY"]
+
+CLIENT_BODY = "body"  # GenerateRequest.client_fields key: the client's chat body as sent (the fields it set)
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample; ``max_tokens`` bounds the response, ``n`` the number of samples."""
+    """How to sample; ``max_tokens`` bounds the response, ``n`` the number of samples.
+
+    ``top_k``: keep only the ``top_k`` most likely tokens (before ``top_p``); 0 turns it off.
+    """
 
     max_tokens: int = 64
     temperature: float = 1.0
@@ -32,6 +37,7 @@ class SamplingParams:
     seed: int | None = None
     n: int = 1
     top_logprobs: int = 0  # also report this many most likely tokens per position (of the sampled distribution)
+    top_k: int = 0  # 0: off
 
 
 @dataclass
@@ -43,7 +49,9 @@ class GenerateRequest:
     ``client_fields``: OpenAI chat fields exactly as the client sent them (``tool_choice``,
     ``parallel_tool_calls``, ``response_format``, ``logprobs``), for a backend that forwards the call
     to a server which honours them itself (``upstream``); local backends act on ``constraint`` and
-    ``sampling`` instead.
+    ``sampling`` instead. Under :data:`CLIENT_BODY` the gateway also hands over the client's whole
+    chat body as sent (the keys it set, content parts and unknown keys included, nothing filled in),
+    which a forwarding backend sends on instead of rebuilding it from ``sampling``.
     """
 
     policy: str
@@ -66,6 +74,8 @@ class Generation:
     entries as it sent them in OpenAI's ``logprobs.content`` shape (token text, logprob, bytes,
     ``top_logprobs``); the gateway passes them on to the client. ``logprobs`` (and so the step's
     ``response_logprobs``) stays None unless they line up with known ``response_ids``.
+    ``usage``: the serving backend's own OpenAI ``usage`` for the whole call, when it reports one
+    (``upstream``); the gateway answers with it instead of counting ids.
     """
 
     prompt_ids: list[int]
@@ -78,6 +88,7 @@ class Generation:
     constraint: dict[str, Any] | None = None
     top_logprobs: list[list[tuple[int, float]]] | None = None
     logprobs_content: list[dict[str, Any]] | None = None
+    usage: dict[str, Any] | None = None
 
 
 @dataclass

@@ -61,7 +61,7 @@ import httpx
 from swarm.errors import BackendError, ContextLengthError, NotFoundError, SwarmError, ValidationError
 from swarm.policy._http import post_json, sse_events, token_id
 from swarm.policy._upstream_reply import aligned, chat_token_data, norm_tool_calls
-from swarm.policy.base import GenerateRequest, Generation, TokenDelta
+from swarm.policy.base import CLIENT_BODY, GenerateRequest, Generation, TokenDelta
 from swarm.policy.chat import LocalTokenizer
 
 __all__ = ["UpstreamBackend", "UpstreamGeneration", "DEFAULT_API_KEY_ENV", "CLIENT_BODY"]
@@ -69,15 +69,12 @@ __all__ = ["UpstreamBackend", "UpstreamGeneration", "DEFAULT_API_KEY_ENV", "CLIE
 DEFAULT_API_KEY_ENV = "SWARM_UPSTREAM_API_KEY"
 _URL = re.compile(r"\b(?:https?|wss?)://\S+")
 _FORWARDED = ("tool_choice", "parallel_tool_calls", "response_format")  # the client's, as sent
-CLIENT_BODY = "body"  # client_fields key: the client's chat body as sent (the fields it set, nothing filled in)
 _OURS = ("model", "stream", "stream_options")  # set here, whatever the client's body says
 
 
 @dataclass
 class UpstreamGeneration(Generation):
-    """A :class:`Generation` with the upstream's ``usage`` for the whole call (None when it sent none)."""
-
-    usage: dict[str, Any] | None = None
+    """A :class:`Generation` of this backend: ``usage`` is the upstream's for the whole call (None when it sent none)."""
 
 
 class RateLimitError(BackendError):
@@ -115,6 +112,8 @@ def _sampling_body(request: GenerateRequest, max_tokens: int, max_stop: int) -> 
         body["stop"] = list(s.stop)
     if s.seed is not None:
         body["seed"] = s.seed
+    if s.top_k > 0:  # vLLM and SGLang take it as an extra field; only sent when the client asked for it
+        body["top_k"] = s.top_k
     return body
 
 

@@ -190,8 +190,8 @@ def test_forwarded_body_is_exact(up_gateway: Any, upstream: Scripted, fields: di
     msgs = [{"role": "user", "content": "hi"}]
     client.chat.completions.create(model="opponent", messages=msgs, tools=VOTE, max_tokens=16, **fields)
     [sent] = [q["body"] for q in upstream.requests]
-    assert sent == {"model": "big-235b", "max_tokens": 16, "temperature": 1.0, "top_p": 1.0, "n": 1,
-                    "messages": msgs, "tools": VOTE, "logprobs": True, **fields}
+    # the client's body as sent (no sampling default added), plus the upstream's model id and logprobs
+    assert sent == {"model": "big-235b", "max_tokens": 16, "messages": msgs, "tools": VOTE, "logprobs": True, **fields}
 
 
 def test_tool_choice_none_reaches_the_upstream(up_gateway: Any, upstream: Scripted) -> None:
