@@ -105,7 +105,7 @@ class _Sampler:
         self.rows = rows
         self.device = device
         self.params = BatchParams.of([x.temperature for x in s], [x.top_p for x in s],
-                                     [int(getattr(x, "top_k", 0) or 0) for x in s], device=device)
+                                     [x.top_k for x in s], device=device)
         self.seeds, self.indices = [r.seed for r in rows], [r.index for r in rows]
         self.top_k = max(x.top_logprobs for x in s)
         self.masked = [b for b, r in enumerate(rows) if r.mask is not None]
