@@ -15,8 +15,8 @@ error shape ``{"type": "error", "error": {"type", "message", "param", "code"}}``
 (8192, 32000), so a value over what fits in the context, or over the gateway's cap, samples what
 fits instead of being refused (chat completions refuses it).
 
-Accepted without effect: ``top_k`` (the recorded logprobs are those of the distribution actually
-sampled), ``thinking`` (no thinking blocks are produced; ones sent back are skipped),
+``top_k`` samples from the k likeliest tokens (the recorded logprobs are those of that
+distribution). Accepted without effect: ``thinking`` (no thinking blocks are produced; ones sent back are skipped),
 ``output_config.effort``, ``metadata``. Images and documents are a 400 (text-only models); server
 tools (``type`` other than ``custom``) are a 400, and so is a last assistant message (prefill: the
 chat path would start a new turn, not continue that one). ``stop_reason`` is ``end_turn``, ``max_tokens`` or
@@ -199,7 +199,7 @@ def to_chat(req: MessagesRequest) -> ChatCompletionRequest:
     fmt = req.output_config.format if req.output_config else None
     chat = {"model": req.model, "messages": msgs, "tools": _tools(req), "tool_choice": choice,
             "parallel_tool_calls": parallel, "temperature": req.temperature,
-            "top_p": req.top_p, "stop": req.stop_sequences, "stream": bool(req.stream),
+            "top_p": req.top_p, "top_k": req.top_k, "stop": req.stop_sequences, "stream": bool(req.stream),
             "response_format": None if fmt is None else
             {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt.json_schema, "strict": True}},
             "user": (req.metadata or {}).get("user_id") if isinstance((req.metadata or {}).get("user_id"), str)

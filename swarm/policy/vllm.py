@@ -167,7 +167,7 @@ class VLLMBackend(LocalTokenizer, VersionTable):
             "max_tokens": s.max_tokens,
             "temperature": s.temperature,
             "top_p": s.top_p,
-            "top_k": 0,  # no hidden top-k (0 disables it; -1 is only tolerated): logprobs describe the whole sampler
+            "top_k": max(0, s.top_k),  # the client's (0: off; -1 is only tolerated); processed logprobs include it
             "n": s.n,
             "logprobs": max(1, s.top_logprobs),
             "return_tokens_as_token_ids": True,

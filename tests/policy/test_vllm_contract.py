@@ -182,7 +182,7 @@ def test_every_field_sent_is_a_field_of_vllms_request_model(vllm_backend, fake_v
     completions = [b for p, b in fake_vllm.requests if p == "/v1/completions"]
     for b in completions:
         # SamplingParams._verify_args / CompletionRequest.check_logprobs at v0.33.0
-        assert b["top_k"] == 0 and b["logprobs"] >= 0 and all(isinstance(i, int) and i >= 0 for i in b["prompt"])
+        assert b["top_k"] >= 0 and b["logprobs"] >= 0 and all(isinstance(i, int) and i >= 0 for i in b["prompt"])
     [so] = [b["structured_outputs"] for b in completions if "structured_outputs" in b]
     assert set(so) == {"grammar"}  # StructuredOutputsParams.__post_init__ wants exactly one kind
     loads = [b["lora_name"] for p, b in fake_vllm.requests if p == "/v1/load_lora_adapter"]
