@@ -131,9 +131,12 @@ def open_by_client(pool: Database, limit: int = 200) -> list[dict[str, Any]]:
 def recent_episodes(pool: Database, limit: int = 12) -> list[dict[str, Any]]:
     """The newest episodes (created_at index, descending)."""
     q = sa.select(E.c.episode_id, E.c.task, E.c.group_id, E.c.client_id, E.c.type, E.c.status, E.c.reward,
-                  E.c.reward_status, E.c.created_at, E.c.ended_at).order_by(E.c.created_at.desc()).limit(limit)
+                  E.c.reward_status, E.c.created_at, E.c.ended_at, E.c.meta).order_by(E.c.created_at.desc()).limit(limit)
     with read(pool) as c:
-        return [dict(r) for r in c.execute(q).mappings()]
+        rows = [dict(r) for r in c.execute(q).mappings()]
+    for r in rows:
+        r["code_version"] = code_version_of(r.pop("meta"))
+    return rows
 
 
 def rate_buckets(pool: Database, start: float, end: float, width: float) -> dict[int, dict[str, int]]:
@@ -191,7 +194,8 @@ def step_rows(pool: Database, f: StepFilter, limit: int, offset: int = 0, order:
     """One page of matching steps as table rows (no tokens, no message bodies).
 
     ``role`` and ``seat`` come from the episode's metadata (``role``; ``seat`` or ``player``), as
-    multi-agent tasks record them (werewolves: one episode per seat); None when absent.
+    multi-agent tasks record them (werewolves: one episode per seat); None when absent. So does
+    ``code_version``: the task code that ran the episode (None for episodes not opened by a worker).
     """
     q = (sa.select(S.c.step_id, S.c.episode_id, S.c.idx.label("index"), S.c.task, S.c.group_id, S.c.policy,
                    S.c.policy_version, S.c.source, REWARD.label("reward"), REWARD_FINAL.label("reward_final"),
@@ -206,22 +210,33 @@ def step_rows(pool: Database, f: StepFilter, limit: int, offset: int = 0, order:
             rows = [dict(r) for r in c.execute(q).mappings()]
     for r in rows:
         r["reward_status"] = "final" if r.pop("reward_final") else "pending"
-        r["role"], r["seat"] = role_of(r.pop("episode_meta"))
+        meta = r.pop("episode_meta")
+        r["role"], r["seat"] = role_of(meta)
+        r["code_version"] = code_version_of(meta)
         r["n_response"] = r["length"] - r["n_prompt"]
     return rows
 
 
-def role_of(meta: dict[str, Any] | str | None) -> tuple[str | None, int | None]:
-    """(role, seat) of a multi-agent episode from its metadata (``role``; ``seat`` or ``player``).
-
-    ``meta`` may be the JSON text itself: rows read by :func:`_forced` skip the column's decoding.
-    """
+def _meta(meta: dict[str, Any] | str | bytes | None) -> dict[str, Any]:
+    """Episode metadata as a dict; ``meta`` may be the JSON text itself: rows read by :func:`_forced`
+    skip the column's decoding."""
     if isinstance(meta, str | bytes):
         try:
             meta = json.loads(meta)
         except ValueError:
             meta = None
-    meta = meta if isinstance(meta, dict) else {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def code_version_of(meta: dict[str, Any] | str | bytes | None) -> str | None:
+    """The ``code_version`` a worker tagged the episode with (:func:`swarm.client.task.code_version`), or None."""
+    v = _meta(meta).get("code_version")
+    return None if v is None else str(v)
+
+
+def role_of(meta: dict[str, Any] | str | None) -> tuple[str | None, int | None]:
+    """(role, seat) of a multi-agent episode from its metadata (``role``; ``seat`` or ``player``)."""
+    meta = _meta(meta)
     role = meta.get("role")
     seat = meta.get("seat", meta.get("player"))
     return (None if role is None else str(role)), (seat if isinstance(seat, int) and not isinstance(seat, bool)

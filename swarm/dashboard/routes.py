@@ -53,13 +53,29 @@ def _dash(request: Request) -> DashboardState:
     return st
 
 
+def _code_version(raw: dict[str, Any]) -> dict[str, Any]:
+    """``code_version=<hash>`` (the filter forms' field) as the episode-metadata condition it means:
+    ``metadata={"code_version": <hash>}``, the task code that ran the episode (:mod:`swarm.client.task`)."""
+    if "code_version" not in raw:
+        return raw
+    raw = dict(raw)
+    value = raw.pop("code_version")
+    meta = raw.get("metadata") or {}
+    if isinstance(meta, str):
+        meta = parse_filter({"metadata": meta}).metadata
+    if value not in (None, ""):
+        raw["metadata"] = {**meta, "code_version": value}
+    return raw
+
+
 def _split(request: Request, extra: frozenset[str] = frozenset()) -> tuple[dict[str, str], StepFilter]:
-    """(control parameters, the StepFilter made of all other query parameters)."""
+    """(control parameters, the StepFilter made of all other query parameters; ``code_version`` is
+    a metadata condition, see :func:`_code_version`)."""
     control, raw = split_query(request, _CONTROL | extra)
     raw = {k: v for k, v in raw.items() if v != ""}
     if "group_ids" in raw:
         raw["group_ids"] = [g for g in raw["group_ids"].split(",") if g]
-    return control, parse_filter(raw)
+    return control, parse_filter(_code_version(raw))
 
 
 def _num(control: dict[str, str], key: str, default: float, lo: float, hi: float) -> float:
@@ -255,7 +271,7 @@ class ExportIn(BaseModel):
 async def export(body: ExportIn, caller: Caller = Depends(admin_caller),
                  state: ServiceState = Depends(Service)) -> FileResponse:
     """The steps matching ``filter`` as a Parquet file (with exact token ids and logprobs by default)."""
-    f = parse_filter(body.filter)
+    f = parse_filter(_code_version(body.filter))
     fd, path = tempfile.mkstemp(prefix="swarm-export-", suffix=".parquet")
     os.close(fd)
     try:

@@ -118,6 +118,7 @@ async function loadCollection() {
   put("col-episodes", table([{ label: "episode", render: (r) => short(r.episode_id), title: (r) => r.episode_id },
     { label: "task", key: "task" }, { label: "client", render: (r) => short(r.client_id) }, { label: "type", key: "type" },
     { label: "status", render: (r) => badge(r.status) }, { label: "reward", key: "reward", num: true },
+    ...(hasCode(d.recent_episodes) ? [codeCol] : []),
     { label: "created", render: (r) => ago(r.created_at) }], d.recent_episodes,
   { onclick: (r) => { location.hash = "#representation"; fillForm($("rep-filter"), { episode_id: r.episode_id, order: "episode" }); state.repOffset = 0; } }));
   $("col-foot").textContent = snapText(d.snapshot) + ` Rate buckets: ${d.rates.bucket_s}s.`;
@@ -126,6 +127,9 @@ async function loadCollection() {
 // ----------------------------------------------------------------------------- Representation
 const roleText = (r) => [r.role, r.seat === null || r.seat === undefined ? null : "seat " + r.seat].filter((x) => x !== null && x !== undefined).join(" · ");
 const hasRoles = (rows) => rows.some((r) => (r.role !== null && r.role !== undefined) || (r.seat !== null && r.seat !== undefined));
+// the task code that ran an episode (metadata code_version, set by the worker): shown when a row has one
+const hasCode = (rows) => rows.some((r) => r.code_version);
+const codeCol = { label: "code", render: (r) => r.code_version || "–", title: () => "code version (hash of the task package's files)" };
 // multi-agent tasks (one episode per seat) record the seat's role in the episode's metadata: shown when a row has one
 const stepCols = (extra, rows) => [
   ...(extra || []),
@@ -134,6 +138,7 @@ const stepCols = (extra, rows) => [
   { label: "episode #", render: (r) => short(r.episode_id) + " #" + r.index, title: (r) => r.episode_id },
   { label: "task", key: "task" },
   ...(rows && hasRoles(rows) ? [{ label: "role / seat", render: (r) => roleText(r) || "–" }] : []),
+  ...(rows && hasCode(rows) ? [codeCol] : []),
   { label: "policy", render: (r) => r.policy + " v" + r.policy_version },
   { label: "source", key: "source" }, { label: "prompt", key: "n_prompt", num: true }, { label: "resp", key: "n_response", num: true },
   { label: "reward", render: (r) => el("span", {}, fmt(r.reward), " ", badge(r.reward_status)) },
@@ -196,6 +201,7 @@ async function showStep(stepId) {
     el("dt", {}, "step"), el("dd", {}, d.step_id), el("dt", {}, "episode"), el("dd", {}, `${d.episode_id} (#${d.index}, `, badge(d.episode.status), ")"),
     el("dt", {}, "task / group"), el("dd", {}, `${d.task} / ${d.group_id || "–"}`),
     ...(hasRoles([epRole]) ? [el("dt", {}, "role / seat"), el("dd", { id: "rep-role" }, roleText(epRole))] : []),
+    ...(md.code_version ? [el("dt", {}, "code version"), el("dd", { id: "rep-code" }, String(md.code_version))] : []),
     el("dt", {}, "policy"), el("dd", {}, `${d.policy} version ${d.policy_version}`),
     el("dt", {}, "source"), el("dd", {}, d.source),
     el("dt", {}, "reward"), el("dd", {}, fmt(d.reward), " ", badge(d.reward_status)),
