@@ -85,7 +85,7 @@ def test_reward_code_swapped_mid_run(flow_config, tmp_path: Path) -> None:
     pkg = _copy_echo(tmp_path / "tasks")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    updates = 4
+    updates = 5  # two or more updates after the swap: the last ones train the new code's steps
     cfg = flow_config("task.name=hs_tasks.echo", "task.group_size=4", "runner=process", "runner.processes=0",
                       f"gateway.port={port}", f"train.updates={updates}", "batching.min_groups=2",
                       "train.batch_timeout_s=60")
