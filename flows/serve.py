@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from flows.components import make_backend, make_pool, start_gateway
 from flows.config import ConfigError, ServeConfig, validate
+from flows.shutdown import end_process
 
 __all__ = ["main", "serve", "spawn", "GatewayProcess"]
 
@@ -69,13 +70,7 @@ class GatewayProcess:
     log: Path
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        end_process(self.proc, 15)
 
 
 def spawn(*overrides: str, env: dict[str, str | None] | None = None, timeout_s: float = 90.0) -> GatewayProcess:

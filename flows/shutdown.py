@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["StopSignal", "STOP", "own_prefect_server"]
+__all__ = ["StopSignal", "STOP", "own_prefect_server", "end_process"]
 
 
 class StopSignal:
@@ -109,13 +109,7 @@ def own_prefect_server(timeout_s: float | None = None) -> Iterator[str | None]:
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdin=subprocess.DEVNULL)
 
     def stop() -> None:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        end_process(proc, 10)
 
     atexit.register(stop)  # registered before Prefect's own exit hooks, so it runs after them
     deadline = time.monotonic() + float(timeout_s or PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
@@ -135,3 +129,14 @@ def own_prefect_server(timeout_s: float | None = None) -> Iterator[str | None]:
             time.sleep(0.2)
     with temporary_settings(updates={PREFECT_API_URL: url}):
         yield url  # the server is stopped at exit, after Prefect has flushed its logs and events to it
+
+
+def end_process(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM ``proc`` if it still runs; SIGKILL it after ``grace_s`` seconds; reap it either way."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)

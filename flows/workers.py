@@ -29,6 +29,7 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from flows.config import ProcessRunner, RayRunner, RewardSection, Runner, TaskSection, ThreadRunner
+from flows.shutdown import end_process
 from swarm.client import WorkerConfig, run_worker
 
 __all__ = ["worker_config", "judge_worker", "thread_worker", "process_worker", "process_command", "ray_worker", "RayWorkers",
@@ -71,11 +72,7 @@ def process_worker(cfg: WorkerConfig, stop: threading.Event, procs: list[subproc
         while proc.poll() is None and not stop.is_set():
             stop.wait(0.2)
         if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            end_process(proc, 10)
         elif not stop.is_set():
             restarts += 1
     return restarts

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from flows.shutdown import end_process
 from flows.train import train_flow
 from swarm.pool import Pool, StepFilter
 from swarm.stack import free_port
@@ -51,16 +52,6 @@ def _worker(root: Path, url: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "swarm.client", "--server", url, "--task", "hs_tasks.echo",
                              "--workers", "4", "--group-size", "4", "--max-tokens", "8"],
                             env=env, cwd=str(root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _wait(cond: Any, timeout: float, what: str, flow: threading.Thread) -> Any:
@@ -112,7 +103,7 @@ def test_reward_code_swapped_mid_run(flow_config, tmp_path: Path) -> None:
         new = _worker(tmp_path / "tasks", url)
         procs.append(new)
         _wait(lambda: new.poll() is None and versions() >= 2, 90, "an update after the swap", flow)
-        _stop(old)
+        end_process(old, 15)
         versions()
         # the same gateway (same URL, same process: it lives in the flow's thread) answered every poll
         # across the swap, and its policy versions only went up: never restarted
@@ -122,7 +113,7 @@ def test_reward_code_swapped_mid_run(flow_config, tmp_path: Path) -> None:
         assert new.poll() is None, "the new worker died"
     finally:
         for p in procs:
-            _stop(p)
+            end_process(p, 15)
     assert result["status"] == "FINISHED" and result["updates"] == updates
 
     pool = Pool(cfg["pool"]["url"])
