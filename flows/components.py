@@ -23,14 +23,13 @@ from flows.config import (
     UpstreamModel,
     VLLMModel,
 )
-from swarm.gateway import GatewaySettings
 from swarm.policy import PolicyBackend
 from swarm.pool import Pool
 from swarm.stack import Stack, start_stack
 from swarm.train import LoraSpec
 
 __all__ = ["ConfigError", "model_path", "make_pool", "make_backend", "make_gateway_backend", "start_gateway",
-           "gateway_settings", "trainer_model_path", "tiny_spec", "model_dtype", "native_bf16_cpu"]
+           "trainer_model_path", "tiny_spec", "model_dtype", "native_bf16_cpu"]
 
 
 def model_path(model: HFModel) -> str:
@@ -155,11 +154,6 @@ def trainer_model_path(model: Model) -> str:
         raise ConfigError("model.path is missing: the trainer needs the base weights of the served model "
                           "(an HF id or a local folder), e.g. model.path=Qwen/Qwen2.5-7B-Instruct")
     return str(path)
-
-
-def gateway_settings(gateway: GatewaySection) -> GatewaySettings:
-    """GatewaySettings from the ``gateway`` section and the SWARM_* secrets in the environment."""
-    return gateway.settings()
 
 
 def start_gateway(pool: Pool, backend: PolicyBackend, gateway: GatewaySection) -> Stack:

@@ -115,18 +115,18 @@ def test_gateway_trust_settings_reach_gateway_settings() -> None:
     the train and the serve config alike; a misspelt gateway key is refused by composition, as before."""
     from hydra.errors import ConfigCompositionException
 
-    from flows.components import ConfigError, gateway_settings
+    from flows.components import ConfigError
     from flows.config import GatewaySection, RunConfig, ServeConfig, validate
     from swarm.gateway import GatewaySettings
 
-    default = gateway_settings(validate(_resolved()).gateway)
+    default = validate(_resolved()).gateway.settings()
     base = GatewaySettings()
     assert (default.allowed_hosts, default.reward_authority, default.max_connections_per_client) == (
         base.allowed_hosts, base.reward_authority, base.max_connections_per_client)
     overrides = ["gateway.allowed_hosts=[example.org,gw.lan]", "gateway.reward_authority={math: judge}",
                  "gateway.max_connections_per_client=7"]
     for name, schema in (("train", RunConfig), ("serve", ServeConfig)):
-        s = gateway_settings(validate(_resolved(*overrides, name=name), schema=schema).gateway)
+        s = validate(_resolved(*overrides, name=name), schema=schema).gateway.settings()
         assert s.allowed_hosts == ("example.org", "gw.lan") and s.reward_authority == {"math": "judge"}
         assert s.max_connections_per_client == 7 and type(s.reward_authority) is dict
     for typo in ("gateway.allowed_host=[example.org]", "gateway.reward_authorty={math: judge}",
