@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
 __all__ = ["metadata", "episodes", "steps", "blocks", "events", "labels", "leases", "policy_versions",
-           "agreements", "rewards", "ID_LEN", "NAME_LEN", "INT32_MAX"]
+           "agreements", "rewards", "curations", "lease_plans", "feedback_uses", "eval_results", "ID_LEN", "NAME_LEN", "INT32_MAX"]
 
 ID_LEN = 128  # ids (episode, step, group, client, lease, event, label)
 NAME_LEN = 256  # task, policy and label names
@@ -183,4 +183,56 @@ rewards = sa.Table(
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("created_at", sa.Double, nullable=False),
     sa.Index("ix_rewards_episode", "episode_id", "created_at"),
+)
+
+# named, versioned curations (swarm.pool.curations): a StepFilter saved under a name; saving a changed
+# filter under the same name adds version + 1, so a run that trained on "clean@2" can say exactly what it was
+curations = sa.Table(
+    "curations",
+    metadata,
+    sa.Column("name", sa.String(NAME_LEN), primary_key=True),
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("filter", JSON, nullable=False),
+    sa.Column("note", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+)
+
+# per trained policy, the filter its trainer's next lease uses (written when the trainer starts waiting),
+# so the dashboard shows exactly it and counts what matches now
+lease_plans = sa.Table(
+    "lease_plans",
+    metadata,
+    sa.Column("policy", sa.String(NAME_LEN), primary_key=True),
+    sa.Column("filter", JSON, nullable=False),
+    sa.Column("curation", sa.String(NAME_LEN)),  # "name@version" when the run trains on a saved curation
+    sa.Column("version", sa.Integer, nullable=False),  # the trainer's version when it wrote the plan
+    sa.Column("updated_at", sa.Double, nullable=False),
+)
+
+# which update trained a feedback correction (swarm.pool.feedback): one row per (correction, version it went into)
+feedback_uses = sa.Table(
+    "feedback_uses",
+    metadata,
+    sa.Column("event_id", ID, primary_key=True),
+    sa.Column("consumed_version", sa.Integer, primary_key=True),
+    sa.Column("policy", sa.String(NAME_LEN), nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+)
+
+# held-out results per policy version (swarm.pool.evals): from a run's own eval groups ("run") or from an
+# evaluation of a pinned version or checkpoint ("pinned"); MLflow gets the same numbers
+eval_results = sa.Table(
+    "eval_results",
+    metadata,
+    sa.Column("eval_id", ID, primary_key=True),
+    sa.Column("policy", sa.String(NAME_LEN), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("task", sa.String(NAME_LEN), nullable=False),
+    sa.Column("source", sa.String(16), nullable=False),
+    sa.Column("episodes", sa.Integer, nullable=False),
+    sa.Column("reward", sa.Double),
+    sa.Column("metrics", JSON, nullable=False),
+    sa.Column("meta", JSON, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Index("ix_eval_results_policy_version", "policy", "version"),
 )

@@ -31,6 +31,7 @@ from swarm.pool.blocks import cut, pack_floats
 from swarm.pool.checks import check_page, chunks, coerce, scrub_nul
 from swarm.pool.engine import insert_ignore
 from swarm.pool.episodes import EpisodesMixin
+from swarm.pool.evals import EvalsMixin
 from swarm.pool.export import ExportMixin
 from swarm.pool.filter import StepFilter
 from swarm.pool.heads import HeadsMixin
@@ -57,7 +58,7 @@ _TOUCH = E.update().where(E.c.episode_id.in_(_IDS)).values(updated_at=sa.bindpar
 
 
 class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, HeadsMixin, AgreementsMixin,
-           RewardsMixin):
+           RewardsMixin, EvalsMixin):
     """The data pool on SQLite (``sqlite:///file.db``) or PostgreSQL (``postgresql+psycopg://``).
 
     ``block_size`` is the token block length of the content-addressed store; steps written
