@@ -7,6 +7,7 @@ It does not train (:mod:`swarm.train`) and does not talk HTTP: it reads the pool
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import time
@@ -15,18 +16,49 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from swarm.batching import Decision, GroupState, Snapshot, Strategy, decide
+from swarm.errors import ValidationError
 from swarm.pool import Lease, LeaseBook, Lookup, StepFilter
-from swarm.records import EpisodeStatus, EpisodeType, Step
+from swarm.records import EpisodeStatus, EpisodeType, RewardStatus, Step
 
 __all__ = ["trainable_filter", "snapshot", "wait_for_batch", "lease_batch", "batch_metrics", "episode_metrics", "eval_summary"]
 
 _SCAN = 100_000  # upper bound on steps read for one snapshot (unconsumed, fresh steps only)
 
 
-def trainable_filter(policy: str, version: int, max_staleness: int | None, **kw: Any) -> StepFilter:
-    """Final rewards, finished train episodes, unconsumed, not staler than ``max_staleness`` versions."""
-    stale = {} if max_staleness is None else {"max_staleness": max_staleness, "current_version": version}
-    return StepFilter.trainable(policy=policy, **stale, **kw)
+# curation fields that contradict training, with the values training needs (None: must stay unset)
+_TRAINING = {"consumed": (None, False), "episode_type": (None, EpisodeType.train),
+             "reward_status": (None, RewardStatus.final), "episode_status": (None, EpisodeStatus.finished),
+             "include_excluded": (False,), "leased": (None, False)}
+
+
+def trainable_filter(policy: str, version: int, max_staleness: int | None, curated: StepFilter | None = None,
+                     nonzero_variance: bool = False) -> StepFilter:
+    """The filter a trainer of ``policy`` at ``version`` waits, snapshots and leases with: the ``curated``
+    selection (None: every step) plus what the algorithm needs: final rewards, finished train episodes,
+    unconsumed, not excluded, not staler than ``max_staleness`` versions (the curation's own
+    ``max_staleness``, relative to ``version`` too: the stricter), non-zero reward variance when either
+    asks. A curated field contradicting training (consumed, an eval or unfinished episode, a pending
+    reward, excluded steps, another policy) is a ValidationError naming it."""
+    cur = curated or StepFilter()
+    for field, allowed in _TRAINING.items():
+        value = getattr(cur, field)
+        if value not in allowed:
+            shown = getattr(value, "value", value)
+            raise ValidationError(f"curation field {field}={json.dumps(shown)} contradicts training, which takes "
+                                  f"{_NEEDS[field]}; drop the field from the curation")
+    if cur.policy not in (None, policy):
+        raise ValidationError(f"curation field policy={cur.policy!r} contradicts training policy {policy!r}; "
+                              "drop the field or train that policy")
+    limits = [s for s in (max_staleness, cur.max_staleness) if s is not None]
+    stale = {"max_staleness": min(limits), "current_version": version} if limits else {
+        "max_staleness": None, "current_version": None}
+    return StepFilter.trainable(policy=policy, **{**cur.model_dump(exclude_defaults=True), **stale,
+                                                  "nonzero_variance": cur.nonzero_variance or nonzero_variance})
+
+
+_NEEDS = {"consumed": "unconsumed steps", "episode_type": "train episodes", "reward_status": "final rewards",
+          "episode_status": "finished episodes", "include_excluded": "no excluded steps",
+          "leased": "steps no live lease holds"}
 
 
 def snapshot(pool: Lookup, flt: StepFilter, active_clients: frozenset[str] = frozenset(),

@@ -16,7 +16,7 @@ from typing import Any
 
 from swarm import loop
 from swarm.merge import TrainSeq
-from swarm.pool import Lease
+from swarm.pool import Lease, StepFilter
 from swarm.records import Step
 from swarm.train import Ledger, Trainer, distributed, items_from_steps, quarantine
 from swarm.train.faults import crash_point
@@ -36,6 +36,9 @@ class UpdateSettings:
     max_staleness: int | None
     group_by: str = "group"
     scale_std: bool = True
+    # the curated set the lease takes from (None: every trainable step) and its name for display ("clean@2")
+    curated: StepFilter | None = None
+    curation: str | None = None
 
 
 def train(trainer: Trainer, items: list[TrainSeq], lead: bool = True) -> dict[str, float]:
@@ -58,11 +61,13 @@ class Stages:
 
 def lease_usable(ledger: Ledger, s: UpdateSettings, stop: threading.Event, stages: Stages = Stages(),
                  on_poll: Callable[[Any], None] | None = None) -> tuple[Lease, list[Step], int] | None:
-    """Wait, renew our pending leases, lease, quarantine: (lease, usable steps, quarantined) or None (stopped)."""
+    """Wait, renew our pending leases, lease, quarantine: (lease, usable steps, quarantined) or None (stopped).
+    Each wait first publishes its filter as the policy's lease plan (what the dashboard shows)."""
     trainer, pool = ledger.trainer, ledger.pool
-    flt = loop.trainable_filter(trainer.policy, trainer.version, s.max_staleness,
+    flt = loop.trainable_filter(trainer.policy, trainer.version, s.max_staleness, curated=s.curated,
                                 nonzero_variance=s.strategy == "groups_var")
     while True:  # an empty lease (the groups went to another trainer first) means: wait again
+        pool.set_lease_plan(trainer.policy, flt, s.curation, trainer.version)
         decision = stages.wait(pool, flt, s.strategy, min_episodes=s.min_episodes, min_groups=s.min_groups,
                                group_size=s.group_size, timeout_s=s.timeout_s, clients=pool.sync_clients,
                                on_poll=on_poll, should_stop=stop.is_set)

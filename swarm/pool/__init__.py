@@ -10,10 +10,12 @@ Type a consumer's ``pool`` with the narrowest role it needs (:mod:`swarm.pool.in
 See docs/pool.md for the tour and the storage design.
 """
 
+from swarm.pool.curations import Curation, parse_ref
 from swarm.pool.engine import Database
 from swarm.pool.filter import StepFilter
 from swarm.pool.interfaces import LeaseBook, Lookup, Reader, Recorder
 from swarm.pool.lease import Lease
 from swarm.pool.store import Pool
 
-__all__ = ["Pool", "StepFilter", "Lease", "Database", "Lookup", "Recorder", "Reader", "LeaseBook"]
+__all__ = ["Pool", "StepFilter", "Lease", "Curation", "parse_ref", "Database", "Lookup", "Recorder", "Reader",
+           "LeaseBook"]

@@ -1,14 +1,26 @@
-"""Steps as a polars DataFrame or a Parquet file, for analysis outside the pool.
+"""Steps leaving the pool: a polars DataFrame, a Parquet file, or chat-format JSONL for SFT.
 
-One row per step: its scalar fields, the resolved reward and reward status, its episode's
-status and type, lengths, consumption, and (``with_tokens``) the exact prompt ids, response
+Parquet / polars: one row per step: its scalar fields, the resolved reward and reward status, its
+episode's status and type, lengths, consumption, and (``with_tokens``) the exact prompt ids, response
 ids and logprobs as list columns. Reads in pages, so exports of large pools stay bounded in
 memory per page (the DataFrame itself is, of course, whole). polars is imported lazily.
+
+Chat JSONL (:meth:`ExportMixin.export_chat_jsonl`): one row per *branch*: a matching step that no other
+matching step of its episode names as its parent (the leaf of a step chain), written as its prompt
+messages plus its reply, ``{"messages": [...], "reward", "episode_id", "step_id", "policy_version",
+"task"}``. A step recorded as bare tokens (no prompt messages or no reply text) has no chat form and is
+left out. Read one episode at a time, so memory stays bounded by the largest episode.
+
+Also the command line ``python -m swarm.pool.export --pool URL (--curation NAME[@V] | --filter JSON)
+--format jsonl|parquet [--min-reward X] OUT``. It does not tokenize or decode.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,11 +34,12 @@ from swarm.pool.query import JOIN, REWARD, REWARD_FINAL, step_conditions
 from swarm.pool.rows import load_tokens
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import steps as S
+from swarm.records import Step
 
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["ExportMixin"]
+__all__ = ["ExportMixin", "chat_row", "main"]
 
 _PAGE = 2000
 # the scalar columns, in DataFrame order: name -> (polars dtype, what SELECT reads it from)
@@ -92,3 +105,105 @@ class ExportMixin(Database):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         df.write_parquet(path)
         return df.height
+
+    def export_chat_jsonl(self, filter: StepFilter | None, path: str | Path, min_reward: float | None = None) -> int:
+        """Write the matching branches as chat JSONL (see the module docstring); returns rows.
+
+        ``min_reward``: only branches whose (resolved) reward is at least this (a branch without a reward
+        is then left out too).
+        """
+        f = coerce(StepFilter, filter or StepFilter(), "filter")
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        n = 0
+        with out.open("w", encoding="utf-8") as fh:
+            for episode in self._episodes_of(f):
+                parents = {s.parent_step_id for s in episode}
+                for s in episode:
+                    if s.step_id in parents or (min_reward is not None and (s.reward is None or s.reward < min_reward)):
+                        continue
+                    row = chat_row(s)
+                    if row is not None:
+                        fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                        n += 1
+        return n
+
+    def _episodes_of(self, f: StepFilter) -> Iterator[list[Step]]:
+        """The matching steps (without tokens), one episode's at a time, in index order."""
+        episode: list[Step] = []
+        offset = 0
+        while True:
+            page = self.query_steps(f, limit=_PAGE, offset=offset, order="episode")  # type: ignore[attr-defined]
+            for s in page:
+                if episode and s.episode_id != episode[0].episode_id:
+                    yield episode
+                    episode = []
+                episode.append(s)
+            if len(page) < _PAGE:
+                break
+            offset += _PAGE
+        if episode:
+            yield episode
+
+
+def chat_row(s: Step) -> dict[str, Any] | None:
+    """One step as an SFT row: its prompt messages + its reply; None without messages or reply text."""
+    if not s.prompt_messages or s.response_text is None:
+        return None
+    reply: dict[str, Any] = {"role": "assistant", "content": s.response_text}
+    if s.tool_calls:
+        reply["tool_calls"] = s.tool_calls
+    return {"messages": [*s.prompt_messages, reply], "reward": s.reward, "episode_id": s.episode_id,
+            "step_id": s.step_id, "policy_version": s.policy_version, "task": s.task}
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m swarm.pool.export",
+                                description="Export a curated set of steps as chat JSONL (SFT) or Parquet.")
+    p.add_argument("--pool", required=True, help="the pool URL: sqlite:///pool.db or postgresql+psycopg://...")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--curation", help="a saved curation: NAME (its newest version) or NAME@VERSION")
+    which.add_argument("--filter", help='a StepFilter as JSON, e.g. \'{"task": "math", "label": "gold"}\'')
+    p.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl")
+    p.add_argument("--min-reward", type=float, default=None, help="keep rows whose reward is at least this")
+    p.add_argument("out", help="the file to write")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line (see the module docstring); prints what it wrote, returns the exit code."""
+    from swarm.errors import SwarmError
+    from swarm.pool.curations import parse_ref
+    from swarm.pool.store import Pool
+
+    a = _args(argv)
+    pool = Pool(a.pool)
+    try:
+        if a.curation is not None:
+            c = pool.curation(*parse_ref(a.curation))
+            f, what = c.filter, f"curation {c.ref}"
+        else:
+            f, what = coerce(StepFilter, json.loads(a.filter), "--filter"), "--filter"
+        if a.format == "jsonl":
+            n = pool.export_chat_jsonl(f, a.out, min_reward=a.min_reward)
+        else:
+            if a.min_reward is not None:
+                import polars as pl
+
+                df = pool.to_polars(f, with_tokens=True).filter(pl.col("reward") >= a.min_reward)
+                Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+                df.write_parquet(a.out)
+                n = df.height
+            else:
+                n = pool.export_parquet(f, a.out)
+    except (SwarmError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
+        print(f"export failed: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        pool.close()
+    print(f"wrote {n} {'branches' if a.format == 'jsonl' else 'steps'} of {what} to {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
