@@ -291,6 +291,49 @@ class TrainSection(_Section):
     resume: bool = True
     gradient_checkpointing: bool = False
     device: str = "cpu"
+    # what the lease takes from (docs/pool.md "Curated sets"): a saved curation "name" / "name@version",
+    # or an inline StepFilter block; either is combined with what training needs (swarm.loop.trainable_filter)
+    curation: str | None = None
+    filter: Tree | None = None  # StepFilter fields (checked below; the pool is imported only when one is set)
+
+    @model_validator(mode="after")
+    def _one_selection(self) -> TrainSection:
+        if self.curation is not None and self.filter is not None:
+            raise ValueError(f"train.curation={self.curation} and train.filter are both set; keep one (save the "
+                             "filter as a curation, or drop train.curation)")
+        if self.curation is not None:
+            from swarm.pool.curations import parse_ref
+
+            try:
+                parse_ref(self.curation)
+            except ValueError as exc:
+                raise ValueError(f"train.curation={self.curation}: {exc}") from None
+        if self.filter is not None:
+            self.step_filter()
+        return self
+
+    def step_filter(self) -> Any:
+        """``train.filter`` as a :class:`~swarm.pool.StepFilter` (None: unset); a ValueError names the bad key."""
+        if self.filter is None:
+            return None
+        from swarm.pool.filter import StepFilter
+
+        try:
+            return StepFilter.model_validate(self.filter)
+        except ValidationError as exc:
+            raise ValueError("; ".join(_filter_error(e, self.filter) for e in exc.errors())) from None
+
+
+def _filter_error(err: Any, given: Tree) -> str:
+    """One ``train.filter`` problem as a line naming the key (and the close one for a mistyped key)."""
+    from swarm.pool.filter import StepFilter
+
+    loc = [str(p) for p in err["loc"]]
+    key = ".".join(["train.filter", *loc])
+    if err["type"] == "extra_forbidden":
+        return f"{key}: unknown key{unknown_key_hint(loc[-1], list(StepFilter.model_fields), cutoff=0.6, section='train.filter')}"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{key}={_value(given, tuple(err['loc']))}: {msg}" if loc else f"train.filter: {msg}"
 
 
 class BatchingSection(_Section):
@@ -347,6 +390,14 @@ class RunConfig(ServeConfig):
             raise ValueError(f"task.reward.policy={judge.policy!r}: no such policy; serve a judge with "
                              f"+model@frozen_policies.{judge.policy}=tiny (or =upstream), or name one of "
                              f"{[*self.policies, *self.frozen_policies]}")
+        if self.train.filter is not None:  # a field contradicting training fails here, not at the first lease
+            from swarm.loop import trainable_filter
+
+            for policy in self.policies:
+                try:
+                    trainable_filter(policy, 0, self.train.max_staleness, curated=self.train.step_filter())
+                except ValueError as exc:
+                    raise ValueError(f"train.filter: {exc}") from None
         if self.task.group_size < 2:  # advantages are group-relative whatever algo.name (algo.group_by)
             raise ValueError(f"task.group_size={self.task.group_size}: GRPO compares the episodes of a group, "
                              "it needs at least 2")

@@ -8,6 +8,7 @@ tasks (:data:`STAGES`) wrapping the plain ``swarm`` functions.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import time
@@ -75,6 +76,7 @@ def train_flow(cfg: RunConfig | Tree) -> console.RunSummary:
     settings = update_settings(cfg)
     with (open_session(cfg, checkpoint=STAGES.checkpoint) as s,
           console.TrainProgress(max(cfg.train.updates - s.updates(), 0), s.pool) as progress):
+        settings = dataclasses.replace(settings, curation=s.curation[0], curated=s.curation[1])
         t_eval = time.time()
         while s.updates() < cfg.train.updates and not s.stop.is_set():
             row = _update_policies(s, settings, progress.on_poll)

@@ -24,11 +24,11 @@ from flows.config import RunConfig, make_train_config
 from flows.workers import start_workers
 from swarm import loop
 from swarm.errors import SwarmError
-from swarm.pool import LeaseBook
+from swarm.pool import LeaseBook, Reader, StepFilter, parse_ref
 from swarm.train import Ledger, Trainer, distributed
 from swarm.train.base_model import policy_models
 
-__all__ = ["StartError", "Session", "open_session", "make_trainers"]
+__all__ = ["StartError", "Session", "open_session", "make_trainers", "resolve_curation"]
 
 
 class StartError(SwarmError, RuntimeError):
@@ -51,6 +51,7 @@ class Session:
     reason: str = ""
     values: dict[str, float] = field(default_factory=dict)
     t_start: float = field(default_factory=time.time)
+    curation: tuple[str | None, StepFilter | None] = (None, None)  # (name@version, filter): what the lease takes
 
     def updates(self) -> int:
         """Updates every trainer has done (the run's progress)."""
@@ -84,6 +85,20 @@ def make_trainers(cfg: RunConfig, tc: Any, backend: Any = None) -> dict[str, Tra
             for p in cfg.policies}
 
 
+def resolve_curation(cfg: RunConfig, pool: Reader) -> tuple[str | None, StepFilter | None]:
+    """(``name@version`` or None, the filter) of the run's curated set: ``train.curation`` read from the
+    pool, else the inline ``train.filter``, else (None, None); a field contradicting training is named."""
+    if cfg.train.curation is not None:
+        c = pool.curation(*parse_ref(cfg.train.curation))
+        ref, flt = c.ref, c.filter
+    else:
+        ref, flt = None, cfg.train.step_filter()
+    if flt is not None:
+        for policy in cfg.policies:
+            loop.trainable_filter(policy, 0, cfg.train.max_staleness, curated=flt)
+    return ref, flt
+
+
 def _ledgers(cfg: RunConfig, pool: LeaseBook, backend: Any) -> dict[str, Ledger]:
     """The trainers (their TrainConfig sent to torchrun followers) and ledgers, resumed from the last checkpoint."""
     pad = int(getattr(getattr(backend, "tokenizer", None), "pad_token_id", 0) or 0)
@@ -100,6 +115,7 @@ def _open_run(s: Session, out: Path) -> Any:
     f = out / "mlflow_run.json"
     previous = json.loads(f.read_text()).get("run_id") if s.cfg.train.resume and f.exists() else None
     run = tracking.open_run(s.cfg, continue_run_id=previous)
+    tracking.log_curation(*s.curation)
     f.write_text(json.dumps({"run_id": run.info.run_id}))
     console.where(gateway=s.stack.url, run_dir=out, mlflow_uri=tracking.tracking_uri(s.cfg.mlflow.tracking_uri),
                   experiment=s.cfg.mlflow.experiment, run_name=run.info.run_name, run_id=run.info.run_id,
@@ -152,6 +168,7 @@ def open_session(cfg: RunConfig, checkpoint: Callable[[Ledger, dict[str, str | N
         es.callback(shutdown.STOP.restore)
         s.pool = _start("the pool", make_pool, cfg.pool)
         es.callback(s.pool.close)
+        s.curation = _start(f"the curation {cfg.train.curation or '(train.filter)'}", resolve_curation, cfg, s.pool)
         s.backend = _start("the policy backend", make_gateway_backend, cfg)
         es.callback(getattr(s.backend, "close", lambda: None))
         s.ledgers = _start("the trainers", _ledgers, cfg, s.pool, s.backend)

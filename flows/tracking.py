@@ -21,7 +21,7 @@ import mlflow
 from flows.config import RunConfig
 
 __all__ = ["DEFAULT_URI", "tracking_uri", "redact", "flatten", "run_name", "run_params", "run_tags",
-           "ensure_experiment", "open_run", "log_metrics", "log_summary", "render_trajectory", "log_text"]
+           "ensure_experiment", "open_run", "log_curation", "log_metrics", "log_summary", "render_trajectory", "log_text"]
 
 DEFAULT_URI = "sqlite:///outputs/mlruns.db"
 # config keys that differ in every run (paths, ports, ids): neither params nor part of a run's name
@@ -135,6 +135,19 @@ def open_run(cfg: RunConfig, continue_run_id: str | None = None) -> mlflow.Activ
     mlflow.log_params(run_params(cfg))
     mlflow.log_dict(config, "config.json")
     return run
+
+
+def log_curation(ref: str | None, flt: Any) -> None:
+    """The run's curated set (docs/pool.md "Curated sets") as params: ``curation.ref`` (``name@version``,
+    or ``inline`` for ``train.filter``) and ``curation.filter`` (its JSON); nothing without one."""
+    if flt is None:
+        return
+    params = {"curation.ref": ref or "inline",
+              "curation.filter": json.dumps(flt.model_dump(mode="json", exclude_defaults=True), sort_keys=True)[:6000]}
+    try:
+        mlflow.log_params(params)
+    except mlflow.exceptions.MlflowException:  # a resumed run trained on another version: params are immutable
+        mlflow.log_dict(params, f"curation-resumed-{int(time.time())}.json")
 
 
 def log_metrics(metrics: dict[str, float], step: int) -> None:

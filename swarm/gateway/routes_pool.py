@@ -4,8 +4,10 @@ Every route returns steps in one shape (:func:`~swarm.web.pool_json.step_json`: 
 fields; ``prompt_ids`` / ``response_ids`` / ``response_logprobs`` are ``null`` unless tokens
 were asked for). Filters are :class:`~swarm.pool.filter.StepFilter`: the same keys in JSON
 bodies and query strings (``metadata`` as a JSON object in the query string). Reads need the
-admin token when one is configured (else the client token when that is); leases, acks, releases
-and labels need the admin token when one is configured (a gateway off loopback always has one).
+admin token when one is configured (else the client token when that is); leases, acks, releases,
+labels and saved curations need the admin token when one is configured (a gateway off loopback
+always has one). Curations (``/v1/pool/curations``) are named, versioned filters; lease plans
+(``/v1/pool/lease_plans``) are the filters the running trainers lease with next.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from swarm.gateway.routes_episodes import episode_json
-from swarm.gateway.schemas import AckRequest, LabelIn, LeaseRequest
+from swarm.gateway.schemas import AckRequest, CurationIn, LabelIn, LeaseRequest
 from swarm.gateway.state import GatewayState, State
+from swarm.pool.curations import parse_ref
 from swarm.pool.filter import StepFilter
 from swarm.web.auth import Caller
 from swarm.web.errors import ApiError
@@ -180,3 +183,38 @@ async def add_label(body: LabelIn, caller: Caller = Depends(admin_caller),
     lbl = await state.write(state.pool.label, body.target, body.target_id, body.label, exclude=body.exclude,
                          note=body.note)
     return lbl.model_dump(mode="json")
+
+
+@router.post("/v1/pool/curations")
+async def save_curation(body: CurationIn, caller: Caller = Depends(admin_caller),
+                        state: GatewayState = Depends(State)) -> dict[str, Any]:
+    """Save a filter as curation ``name``: version 1, or the newest version + 1 when the filter changed
+    (the same filter as the newest version saves nothing and returns that version)."""
+    c = await state.write(state.pool.save_curation, body.name, finite(body.filter), note=body.note)
+    return c.to_json()
+
+
+@router.get("/v1/pool/curations")
+async def list_curations(state: GatewayState = Depends(State), _: Caller = Depends(reader_caller)) -> dict[str, Any]:
+    """The newest version of every saved curation, by name."""
+    return {"object": "list", "data": [c.to_json() for c in await state.db(state.pool.curations)]}
+
+
+@router.get("/v1/pool/curations/{name}", openapi_extra={"parameters": [
+    {"name": "version", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1}}]})
+async def get_curation(name: str, request: Request, state: GatewayState = Depends(State),
+                       _: Caller = Depends(reader_caller)) -> dict[str, Any]:
+    """One curation: its newest version, ``?version=k``, or ``name@k`` in the path."""
+    base, version = parse_ref(name)
+    if "version" in request.query_params:
+        version = _int(dict(request.query_params), "version", 1, 2**31 - 1)
+        if version < 1:
+            raise ApiError(400, "version must be >= 1", param="version", code="invalid_value")
+    c = await state.db(state.pool.curation, base, version)
+    return c.to_json()
+
+
+@router.get("/v1/pool/lease_plans")
+async def lease_plans(state: GatewayState = Depends(State), _: Caller = Depends(reader_caller)) -> dict[str, Any]:
+    """Per trained policy, the filter its trainer's next lease uses (written when it starts waiting)."""
+    return {"object": "list", "data": await state.db(state.pool.lease_plans)}

@@ -20,7 +20,7 @@ from swarm.records import EpisodeType
 from swarm.web.limits import FreeJSON, Id, Int32, ModelJSONList, ModelText, Name, Task, Text, check_json
 
 __all__ = ["ChatMessage", "ChatCompletionRequest", "CompletionRequest", "EpisodeCreate", "EpisodeEnd", "WhiteboxStep",
-           "StepsSubmit", "EventIn", "FeedbackIn", "LeaseRequest", "AckRequest", "LabelIn", "MAX_MESSAGES",
+           "StepsSubmit", "EventIn", "FeedbackIn", "LeaseRequest", "AckRequest", "LabelIn", "CurationIn", "MAX_MESSAGES",
            "MAX_TOOLS", "MAX_BODY_VALUES"]
 
 TokenId = Annotated[int, Field(ge=0, lt=2**31)]
@@ -232,4 +232,13 @@ class LabelIn(BaseModel):
     target_id: Id
     label: Task
     exclude: bool = False
+    note: Text = ""
+
+
+class CurationIn(BaseModel):
+    """``POST /v1/pool/curations``: save ``filter`` as the newest version of curation ``name``."""
+
+    model_config = _STRICT
+    name: Task  # 1..256 characters; '@' is refused by the pool (it separates the version)
+    filter: StepFilter = Field(default_factory=StepFilter)
     note: Text = ""

@@ -51,6 +51,11 @@ class Curation(BaseModel):
         """``name@version``: what a run that trained on it records."""
         return f"{self.name}@{self.version}"
 
+    def to_json(self) -> dict[str, Any]:
+        """The HTTP shape: name, version, ``ref``, filter (its set fields), note, created_at."""
+        return {"object": "curation", "name": self.name, "version": self.version, "ref": self.ref,
+                "filter": _dump(self.filter), "note": self.note, "created_at": self.created_at}
+
 
 def check_name(name: Any) -> str:
     """``name`` if it can name a curation (1..256 characters, no ``@`` and no NUL); else a ValidationError."""
