@@ -1,7 +1,7 @@
 """The dashboard's HTTP routes: the page at ``/dashboard`` and its JSON API under ``/dashboard/api``.
 
 Reads need the same token as the pool read API (the admin token when one is configured); writes
-(labels, Parquet exports) need the admin token when one is configured. Filters are :class:`~swarm.pool.StepFilter` in the query string (or
+(labels, saved curations, Parquet and chat-JSONL exports) need the admin token when one is configured. Filters are :class:`~swarm.pool.StepFilter` in the query string (or
 JSON body), parsed exactly like ``/v1/pool/steps``. Charts come back as SVG strings inside the
 JSON, rendered on the server. Errors use the app's JSON error shape (:mod:`swarm.web.errors`).
 """
@@ -19,6 +19,7 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 
+from swarm import loop
 from swarm.dashboard import queries, svg
 from swarm.dashboard.merging import load_sequences, merge_summary, tree_view
 from swarm.dashboard.snapshot import Aggregates, MergeCache, RateCache
@@ -219,21 +220,64 @@ async def count(request: Request, state: ServiceState = Depends(Service)) -> dic
     return out
 
 
+async def _trainer_filter(state: ServiceState, policy: str | None, staleness: int) -> tuple[StepFilter, dict[str, Any]]:
+    """The filter ``policy``'s trainer leases with next, from its published lease plan (the first plan's
+    policy when none is named), and where it came from; with no plan, the default trainable filter at the
+    latest version, labelled as such."""
+    plans = await state.db(state.pool.lease_plans)
+    plan = next((p for p in plans if policy in (None, p["policy"])), None)
+    if plan is not None:
+        what = f", curation {plan['curation']}" if plan["curation"] else ""
+        return StepFilter.model_validate(plan["filter"]), {
+            "kind": "lease_plan", "policy": plan["policy"], "curation": plan["curation"], "version": plan["version"],
+            "updated_at": plan["updated_at"], "policies": [p["policy"] for p in plans],
+            "text": f"the filter of {plan['policy']}'s trainer's next lease (published at version {plan['version']}"
+                    f"{what})"}
+    policy = policy or "default"
+    version = await state.db(state.pool.latest_version, policy)
+    return loop.trainable_filter(policy, version, staleness), {
+        "kind": "default", "policy": policy, "curation": None, "version": version, "updated_at": None,
+        "policies": [p["policy"] for p in plans],
+        "text": f"no trainer of {policy} has published a lease plan: the default trainable filter "
+                f"(StepFilter.trainable) at the latest version {version}, staleness {staleness}"}
+
+
 @router.get("/dashboard/api/curation", dependencies=[Depends(reader_caller)])
 async def curation(request: Request, state: ServiceState = Depends(Service)) -> dict[str, Any]:
-    """The trainer's filter for a policy (what its next lease takes), known values and recent labels."""
-    control, f = _split(request, frozenset({"staleness"}))
-    policy = f.policy or "default"
-    version = await state.db(state.pool.latest_version, policy)
-    staleness = int(_num(control, "staleness", 1, 0, 1_000_000))  # flows' train.max_staleness default
-    trainer = StepFilter.trainable(policy=policy, max_staleness=staleness, current_version=version)
+    """The trainer's filter (what its next lease takes: its lease plan, ``trainer_policy`` choosing among
+    several) with how many steps match it now, saved curations, known values and recent labels."""
+    control, f = _split(request, frozenset({"staleness", "trainer_policy"}))
+    staleness = int(_num(control, "staleness", 1, 0, 1_000_000))  # without a plan: flows' train.max_staleness default
+    trainer, source = await _trainer_filter(state, control.get("trainer_policy") or f.policy, staleness)
+    matching = await state.db(queries.capped_count, state.pool, trainer, 10_000)
+    source |= {"matching_steps": matching["steps"], "matching_capped": matching["steps_capped"]}
+    version = await state.db(state.pool.latest_version, source["policy"])
     labels = await state.db(queries.recent_labels, state.pool, 30)
+    saved = await state.db(state.pool.curations)
     agg = await state.db(_dash(request).aggregates.current)
-    return {"trainer_filter": trainer.model_dump(mode="json", exclude_defaults=True),
-            "latest_version": version, "recent_labels": labels,
+    return {"trainer_filter": trainer.model_dump(mode="json", exclude_defaults=True), "trainer": source,
+            "latest_version": version, "recent_labels": labels, "curations": [c.to_json() for c in saved],
             "values": {"policy": sorted(agg["steps"]["by_policy"]), "task": sorted(agg["steps"]["by_task"]),
                        "source": sorted(agg["steps"]["by_source"])},
             "admin_token_required": state.settings.admin_token is not None}
+
+
+class CurationSaveIn(BaseModel):
+    """Save the form's filter (query-string values, parsed like ``/dashboard/api/count``) as a curation."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=256)
+    filter: dict[str, Any] = Field(default_factory=dict)
+    note: str = Field(default="", max_length=10_000)
+
+
+@router.post("/dashboard/api/curations")
+async def save_curation(body: CurationSaveIn, caller: Caller = Depends(admin_caller),
+                        state: ServiceState = Depends(Service)) -> dict[str, Any]:
+    """Save the filter as curation ``name`` (a new version when it changed; see ``POST /v1/pool/curations``)."""
+    f = parse_filter(_code_version({k: v for k, v in body.filter.items() if v != ""}))
+    c = await state.write(state.pool.save_curation, body.name, f, note=body.note)
+    return c.to_json()
 
 
 class LabelsIn(BaseModel):
@@ -282,6 +326,29 @@ async def export(body: ExportIn, caller: Caller = Depends(admin_caller),
     name = time.strftime("swarm-steps-%Y%m%d-%H%M%S.parquet")
     return FileResponse(path, media_type="application/vnd.apache.parquet", filename=name,
                         headers={"X-Rows": str(n)}, background=BackgroundTask(os.unlink, path))
+
+
+class ChatExportIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    filter: dict[str, Any] = Field(default_factory=dict)
+    min_reward: float | None = Field(default=None, allow_inf_nan=False)
+
+
+@router.post("/dashboard/api/export/jsonl")
+async def export_jsonl(body: ChatExportIn, caller: Caller = Depends(admin_caller),
+                       state: ServiceState = Depends(Service)) -> FileResponse:
+    """The branches matching ``filter`` as chat-format JSONL for SFT (one row per branch; ``min_reward``)."""
+    f = parse_filter(_code_version({k: v for k, v in body.filter.items() if v != ""}))
+    fd, path = tempfile.mkstemp(prefix="swarm-export-", suffix=".jsonl")
+    os.close(fd)
+    try:
+        n = await state.db(state.pool.export_chat_jsonl, f, path, min_reward=body.min_reward)
+    except BaseException:
+        os.unlink(path)
+        raise
+    name = time.strftime("swarm-chat-%Y%m%d-%H%M%S.jsonl")
+    return FileResponse(path, media_type="application/jsonl", filename=name, headers={"X-Rows": str(n)},
+                        background=BackgroundTask(os.unlink, path))
 
 
 # -------------------------------------------------------------------------------- prefix merging

@@ -173,8 +173,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """The command line (see the module docstring); prints what it wrote, returns the exit code."""
     from swarm.errors import SwarmError
+    from swarm.pool import Pool  # the package, not .store (which imports this module)
     from swarm.pool.curations import parse_ref
-    from swarm.pool.store import Pool
 
     a = _args(argv)
     pool = Pool(a.pool)

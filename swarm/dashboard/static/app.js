@@ -7,7 +7,7 @@ const API = ROOT + "/api";
 const POLL_MS = 2500;
 const $ = (id) => document.getElementById(id);
 const state = { view: null, busy: false, repOffset: 0, repLimit: 50, selected: new Set(), curRows: [],
-  curExact: false, mrgLease: null, mrgGroup: null, step: null };
+  curExact: false, curExtra: {}, mrgLease: null, mrgGroup: null, step: null };
 
 // ------------------------------------------------------------------------------------ helpers
 function el(tag, attrs, ...kids) {
@@ -227,13 +227,33 @@ async function showStep(stepId) {
 }
 
 // -------------------------------------------------------------------------------- Curation
-function curFilter() { return formParams($("cur-filter")); }
+// a loaded filter's keys the form has no field for (metadata, since, ...) ride along until "clear"
+function curFilter() {
+  const out = formParams($("cur-filter"));
+  for (const [k, v] of Object.entries(state.curExtra || {})) out[k] = typeof v === "object" ? (Array.isArray(v) ? v.join(",") : JSON.stringify(v)) : String(v);
+  return out;
+}
+function loadFilter(filter) {
+  const names = new Set([...$("cur-filter").elements].map((e) => e.name).filter(Boolean));
+  state.curExtra = Object.fromEntries(Object.entries(filter).filter(([k]) => !names.has(k)));
+  fillForm($("cur-filter"), filter);
+  refresh();
+}
+function showTrainer(meta) {
+  const t = meta.trainer;
+  const sel = $("cur-plan-policy");
+  sel.hidden = t.policies.length < 2;
+  if (t.policies.join() !== [...sel.options].map((o) => o.value).join()) sel.replaceChildren(...t.policies.map((p) => el("option", { value: p }, p)));
+  sel.value = t.policy;
+  const n = (t.matching_capped ? "≥" : "") + t.matching_steps.toLocaleString("en-US");
+  $("cur-trainer-note").textContent = `trainer's filter: ${t.text}; ${n} steps match it now.`;
+}
 async function loadCuration(opts = {}) {
   const f = curFilter();
   const [c, rows, meta] = await Promise.all([
     getJSON("/count", { ...f, exact: state.curExact ? "true" : "" }),
     getJSON("/steps", { ...f, limit: 25 }),
-    getJSON("/curation", { policy: f.policy || "" }),
+    getJSON("/curation", { policy: f.policy || "", trainer_policy: $("cur-plan-policy").value || "" }),
   ]);
   state.curExact = false;
   $("cur-json").textContent = "StepFilter(" + JSON.stringify(c.filter) + ")  # as parsed by the pool: what a lease with it takes";
@@ -250,6 +270,21 @@ async function loadCuration(opts = {}) {
     { label: "id", render: (r) => short(r.target_id), title: (r) => r.target_id }, { label: "label", key: "label" },
     { label: "excluded", render: (r) => (r.exclude ? badge("excluded") : "") }, { label: "note", key: "note" }], meta.recent_labels, { empty: "no labels yet" }));
   state.trainerFilter = meta.trainer_filter;
+  showTrainer(meta);
+  put("cur-saved", table([{ label: "name", key: "name" }, { label: "version", key: "version", num: true },
+    { label: "filter", render: (r) => JSON.stringify(r.filter) }, { label: "note", key: "note" }, { label: "saved", render: (r) => ago(r.created_at) }],
+    meta.curations, { empty: "no saved curation yet", onclick: (r) => loadFilter(r.filter) }));
+}
+
+async function saveCuration(ev) {
+  ev.preventDefault();
+  const p = formParams($("cur-save"));
+  const msg = $("cur-save-msg");
+  try {
+    const r = await (await postJSON("/curations", { name: p.name, note: p.note || "", filter: curFilter() })).json();
+    msg.className = "msg"; msg.textContent = `saved ${r.ref}: train on it with train.curation=${r.ref}`;
+    await loadCuration();
+  } catch (e) { msg.className = "msg err"; msg.textContent = "save failed: " + e.message; }
 }
 
 async function labelSelected(ev) {
@@ -268,16 +303,20 @@ async function labelSelected(ev) {
   } catch (e) { msg.className = "msg err"; msg.textContent = "label failed: " + e.message; }
 }
 
-async function exportSelection() {
+async function exportSelection(format) {
   const msg = $("cur-export-msg");
   msg.className = "msg"; msg.textContent = "exporting…";
   const filter = curFilter(); // strings: the server parses them into a StepFilter like a query string
+  const jsonl = format === "jsonl";
+  const minReward = $("cur-min-reward").value;
   try {
-    const r = await postJSON("/export", { filter, with_tokens: $("cur-tokens").checked });
+    const r = jsonl ? await postJSON("/export/jsonl", { filter, min_reward: minReward === "" ? null : Number(minReward) })
+      : await postJSON("/export", { filter, with_tokens: $("cur-tokens").checked });
     const blob = await r.blob();
+    const fallback = jsonl ? "chat.jsonl" : "steps.parquet";
     const name = (r.headers.get("Content-Disposition") || "").match(/filename="?([^";]+)/);
-    const a = el("a", { href: URL.createObjectURL(blob), download: name ? name[1] : "steps.parquet", id: "cur-download" }, "download " + (name ? name[1] : "steps.parquet"));
-    msg.replaceChildren(`exported ${r.headers.get("X-Rows")} steps (${(blob.size / 1024).toFixed(1)} KiB): `, a);
+    const a = el("a", { href: URL.createObjectURL(blob), download: name ? name[1] : fallback, id: "cur-download" }, "download " + (name ? name[1] : fallback));
+    msg.replaceChildren(`exported ${r.headers.get("X-Rows")} ${jsonl ? "branches" : "steps"} (${(blob.size / 1024).toFixed(1)} KiB): `, a);
   } catch (e) { msg.className = "msg err"; msg.textContent = "export failed: " + e.message; }
 }
 
@@ -393,13 +432,16 @@ function init() {
   $("rep-next").addEventListener("click", () => { state.repOffset += state.repLimit; refresh(); });
   $("cur-filter").addEventListener("input", soon);
   $("cur-filter").addEventListener("submit", (e) => e.preventDefault());
-  $("cur-trainer").addEventListener("click", () => { if (state.trainerFilter) { fillForm($("cur-filter"), state.trainerFilter); refresh(); } });
-  $("cur-clear").addEventListener("click", () => { fillForm($("cur-filter"), {}); refresh(); });
+  $("cur-trainer").addEventListener("click", () => { if (state.trainerFilter) loadFilter(state.trainerFilter); });
+  $("cur-plan-policy").addEventListener("change", refresh);
+  $("cur-clear").addEventListener("click", () => { state.curExtra = {}; fillForm($("cur-filter"), {}); refresh(); });
+  $("cur-save").addEventListener("submit", saveCuration);
   $("cur-exact").addEventListener("click", () => { state.curExact = true; refresh(); });
   $("cur-all").addEventListener("change", (e) => { for (const r of state.curRows) e.target.checked ? state.selected.add(r.step_id) : state.selected.delete(r.step_id);
     for (const c of document.querySelectorAll(".sel-step")) c.checked = e.target.checked; });
   $("cur-label").addEventListener("submit", labelSelected);
-  $("cur-export").addEventListener("click", exportSelection);
+  $("cur-export").addEventListener("click", () => exportSelection("parquet"));
+  $("cur-export-jsonl").addEventListener("click", () => exportSelection("jsonl"));
   $("mrg-group").addEventListener("submit", (e) => { e.preventDefault(); state.mrgGroup = formParams(e.target).group_id || null; state.mrgLease = null; refresh(); });
   window.addEventListener("hashchange", route);
   document.addEventListener("visibilitychange", refresh);
