@@ -65,3 +65,18 @@ def test_an_unknown_curation_stops_the_run_naming_it(flow_config) -> None:
     cfg = flow_config("train.updates=1", "train.curation=nope@2")
     with pytest.raises(StartError, match="starting the curation nope@2 failed: no curation named 'nope'"):
         train_flow(cfg)
+
+
+def test_the_inline_filter_is_checked_at_config_time(flow_config) -> None:
+    from flows.config import ConfigError, validate
+
+    ok = validate(flow_config("train.filter={task: echo, metadata: {d: 2}, label: gold, min_length: 10}"))
+    assert ok.train.step_filter() == StepFilter(task="echo", metadata={"d": 2}, label="gold", min_length=10)
+    for override, message in (("train.filter={tsk: echo}", "train.filter.tsk: unknown key (did you mean train.filter.task?)"),
+                              ("train.filter={min_length: -1}", "train.filter.min_length=-1: Input should be"),
+                              ("train.filter={episode_type: eval}", "train.filter: curation field episode_type=\"eval\""),
+                              ("train.filter={policy: other}", "curation field policy='other' contradicts"),
+                              ("train.curation=gold@x", "train.curation=gold@x: curation 'gold@x': the version")):
+        with pytest.raises(ConfigError) as exc:
+            validate(flow_config(override))
+        assert message in str(exc.value), str(exc.value)
