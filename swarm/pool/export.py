@@ -31,7 +31,7 @@ from swarm.pool.checks import coerce
 from swarm.pool.engine import Database
 from swarm.pool.filter import StepFilter
 from swarm.pool.query import JOIN, REWARD, REWARD_FINAL, step_conditions
-from swarm.pool.rows import load_tokens
+from swarm.pool.rows import ORDERS, load_tokens, read_steps
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import steps as S
 from swarm.records import Step
@@ -133,7 +133,8 @@ class ExportMixin(Database):
         episode: list[Step] = []
         offset = 0
         while True:
-            page = self.query_steps(f, limit=_PAGE, offset=offset, order="episode")  # type: ignore[attr-defined]
+            with self._tx() as c:
+                page = read_steps(c, step_conditions(f, self.dialect), False, ORDERS["episode"], _PAGE, offset)
             for s in page:
                 if episode and s.episode_id != episode[0].episode_id:
                     yield episode
@@ -173,11 +174,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """The command line (see the module docstring); prints what it wrote, returns the exit code."""
     from swarm.errors import SwarmError
-    from swarm.pool import Pool  # the package, not .store (which imports this module)
-    from swarm.pool.curations import parse_ref
+    from swarm.pool.curations import CurationsMixin, parse_ref
+
+    class Exporter(ExportMixin, CurationsMixin):  # the pool as this command needs it (Pool's .store imports us)
+        pass
 
     a = _args(argv)
-    pool = Pool(a.pool)
+    pool = Exporter(a.pool)
     try:
         if a.curation is not None:
             c = pool.curation(*parse_ref(a.curation))
