@@ -1,15 +1,16 @@
 """The data-lifecycle dashboard, served by the app (:mod:`swarm.app`) at ``/dashboard``.
 
 Five views over the pool: Collection (what is coming in), Representation (what a step really
-is: messages, exact tokens, logprobs), Curation (the trainer's :class:`~swarm.pool.StepFilter`, before
-its batching strategy picks groups, and labels, with live counts and Parquet export), Prefix merging
+is: messages, exact tokens, logprobs), Curation (the :class:`~swarm.pool.StepFilter` of a running
+trainer's next lease, from its lease plan, before its batching strategy picks groups; labels and saved
+curations, with live counts and Parquet / chat-JSONL export), Prefix merging
 (what merging saves per batch, and the prefix tree) and Consumption (leases, acks, staleness, reward).
 
 Everything ships in this package: one HTML page, a small vanilla-JS file and a stylesheet;
 charts are SVG rendered on the server. It imports no gateway module: credentials, errors
 and the service state come from :mod:`swarm.web`. Reads go through bounded, indexed queries
 (:mod:`swarm.dashboard.queries`) and background-refreshed aggregates
-(:mod:`swarm.dashboard.snapshot`). It does not train, lease or change anything but labels.
+(:mod:`swarm.dashboard.snapshot`). It does not train, lease or change anything but labels and saved curations.
 See docs/dashboard.md.
 """
 
