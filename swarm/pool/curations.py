@@ -144,9 +144,15 @@ class CurationsMixin(Database):
         f = coerce(StepFilter, filter, "filter")
         row = {"policy": policy, "filter": _dump(f), "curation": curation, "version": int(version),
                "updated_at": now()}
-        with self._tx(write=True) as c:
-            c.execute(P.delete().where(P.c.policy == policy))
-            c.execute(P.insert(), [row])
+        for attempt in range(3):
+            try:
+                with self._tx(write=True) as c:
+                    c.execute(P.delete().where(P.c.policy == policy))
+                    c.execute(P.insert(), [row])
+                return
+            except sa.exc.IntegrityError:  # two trainers of one policy (PostgreSQL) wrote at once: the last one wins
+                if attempt == 2:
+                    raise
 
     def lease_plans(self) -> list[dict[str, Any]]:
         """Every trained policy's published plan: policy, filter (JSON), curation, version, updated_at."""
