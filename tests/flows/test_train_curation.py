@@ -14,8 +14,6 @@ from flows.train import train_flow
 from swarm.dashboard.queries import recent_leases
 from swarm.pool import Pool, StepFilter
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
-
 
 def _label_even_seeds(pool: Pool, stop: threading.Event) -> None:
     """A curator at work: every finished train episode of an even seed (whole groups share a seed) gets "gold"."""
@@ -29,6 +27,7 @@ def _label_even_seeds(pool: Pool, stop: threading.Event) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("prefect_harness")
 def test_the_run_consumes_exactly_its_curation_and_publishes_its_plan(flow_config) -> None:
     cfg = flow_config("train.updates=2", "batching.min_groups=1", "train.curation=gold")
     Path(cfg["train"]["out_dir"]).mkdir(parents=True)
@@ -61,6 +60,7 @@ def test_the_run_consumes_exactly_its_curation_and_publishes_its_plan(flow_confi
         pool.close()
 
 
+@pytest.mark.usefixtures("prefect_harness")
 def test_an_unknown_curation_stops_the_run_naming_it(flow_config) -> None:
     cfg = flow_config("train.updates=1", "train.curation=nope@2")
     with pytest.raises(StartError, match="starting the curation nope@2 failed: no curation named 'nope'"):
@@ -80,3 +80,25 @@ def test_the_inline_filter_is_checked_at_config_time(flow_config) -> None:
         with pytest.raises(ConfigError) as exc:
             validate(flow_config(override))
         assert message in str(exc.value), str(exc.value)
+
+
+def test_resolve_curation_inline_saved_and_contradicting(flow_config, tmp_path) -> None:
+    from flows.config import validate
+    from flows.session import resolve_curation
+    from swarm.errors import ValidationError
+
+    pool = Pool(f"sqlite:///{tmp_path / 'pool.db'}")
+    try:
+        assert resolve_curation(validate(flow_config()), pool) == (None, None)
+        inline = validate(flow_config("train.filter={task: echo, min_length: 1}"))
+        assert resolve_curation(inline, pool) == (None, StepFilter(task="echo", min_length=1))
+        pool.save_curation("gold", StepFilter(label="gold"))
+        pool.save_curation("gold", StepFilter(label="gold", task="echo"))
+        assert resolve_curation(validate(flow_config("train.curation=gold@1")), pool) == (
+            "gold@1", StepFilter(label="gold"))
+        assert resolve_curation(validate(flow_config("train.curation=gold")), pool)[0] == "gold@2"
+        pool.save_curation("evals", StepFilter(episode_type="eval"))  # fine to save and export, not to train on
+        with pytest.raises(ValidationError, match="curation field episode_type"):
+            resolve_curation(validate(flow_config("train.curation=evals")), pool)
+    finally:
+        pool.close()
