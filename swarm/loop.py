@@ -25,10 +25,15 @@ __all__ = ["trainable_filter", "snapshot", "wait_for_batch", "lease_batch", "bat
 _SCAN = 100_000  # upper bound on steps read for one snapshot (unconsumed, fresh steps only)
 
 
-# curation fields that contradict training, with the values training needs (None: must stay unset)
-_TRAINING = {"consumed": (None, False), "episode_type": (None, EpisodeType.train),
-             "reward_status": (None, RewardStatus.final), "episode_status": (None, EpisodeStatus.finished),
-             "include_excluded": (False,), "leased": (None, False)}
+# curation fields training constrains: the values a curation may hold, and what training takes
+_TRAINING: dict[str, tuple[tuple[Any, ...], str]] = {
+    "consumed": ((None, False), "unconsumed steps"),
+    "episode_type": ((None, EpisodeType.train), "train episodes"),
+    "reward_status": ((None, RewardStatus.final), "final rewards"),
+    "episode_status": ((None, EpisodeStatus.finished), "finished episodes"),
+    "include_excluded": ((False,), "no excluded steps"),
+    "leased": ((None, False), "steps no live lease holds"),
+}
 
 
 def trainable_filter(policy: str, version: int, max_staleness: int | None, curated: StepFilter | None = None,
@@ -40,25 +45,20 @@ def trainable_filter(policy: str, version: int, max_staleness: int | None, curat
     asks. A curated field contradicting training (consumed, an eval or unfinished episode, a pending
     reward, excluded steps, another policy) is a ValidationError naming it."""
     cur = curated or StepFilter()
-    for field, allowed in _TRAINING.items():
+    for field, (allowed, takes) in _TRAINING.items():
         value = getattr(cur, field)
         if value not in allowed:
             shown = getattr(value, "value", value)
             raise ValidationError(f"curation field {field}={json.dumps(shown)} contradicts training, which takes "
-                                  f"{_NEEDS[field]}; drop the field from the curation")
+                                  f"{takes}; drop the field from the curation")
     if cur.policy not in (None, policy):
         raise ValidationError(f"curation field policy={cur.policy!r} contradicts training policy {policy!r}; "
                               "drop the field or train that policy")
     limits = [s for s in (max_staleness, cur.max_staleness) if s is not None]
     stale = {"max_staleness": min(limits), "current_version": version} if limits else {
         "max_staleness": None, "current_version": None}
-    return StepFilter.trainable(policy=policy, **{**cur.model_dump(exclude_defaults=True), **stale,
+    return StepFilter.trainable(policy=policy, **{**cur.model_dump(exclude_defaults=True, exclude={"policy"}), **stale,
                                                   "nonzero_variance": cur.nonzero_variance or nonzero_variance})
-
-
-_NEEDS = {"consumed": "unconsumed steps", "episode_type": "train episodes", "reward_status": "final rewards",
-          "episode_status": "finished episodes", "include_excluded": "no excluded steps",
-          "leased": "steps no live lease holds"}
 
 
 def snapshot(pool: Lookup, flt: StepFilter, active_clients: frozenset[str] = frozenset(),

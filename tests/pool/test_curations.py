@@ -68,6 +68,8 @@ def test_trainable_filter_combines_and_refuses_contradictions() -> None:
     assert (f.max_staleness, f.current_version, f.nonzero_variance) == (1, 10, True)  # the stricter, at our version
     assert trainable_filter("p", 10, None, curated=StepFilter(nonzero_variance=True)).nonzero_variance
     assert trainable_filter("p", 10, None).max_staleness is None
+    same = StepFilter(policy="p", episode_type="train", reward_status="final", episode_status="finished", consumed=False)
+    assert trainable_filter("p", 10, 1, curated=same) == trainable_filter("p", 10, 1)  # agreeing fields are fine
     for field, value in (("consumed", True), ("episode_type", "eval"), ("reward_status", "pending"),
                          ("episode_status", "open"), ("include_excluded", True), ("policy", "other")):
         with pytest.raises(ValidationError, match=f"curation field {field}="):
