@@ -18,7 +18,8 @@
   the step's policy: the text as plain text (control-token spellings stay text) followed by the
   end-of-turn id the step itself ended with (else the tokenizer's eos), as the backend ends an
   assistant turn. A correction of an episode corrects its last step. Without a local tokenizer for
-  that policy the correction is stored as text only (``correction_ids: null`` and the reason).
+  that policy (upstream, echo) the correction is stored as text only (``correction_ids: null``, the
+  reason in ``correction_reason``).
 """
 
 from __future__ import annotations
@@ -227,7 +228,9 @@ async def correction_tokens(state: GatewayState, episode_id: str, step_id: str |
     except SwarmError as exc:  # no local tokenizer (an upstream policy)
         return None, f"the correction cannot be tokenized for policy {step.policy!r}: {exc}"
     eot = _end_of_turn(step.response_ids, step.finish_reason, tok)
-    return {"step_id": step.step_id, "policy": step.policy, "ids": [*ids, *([] if eot is None else [eot])]}, ""
+    if eot is None:
+        return None, f"no end-of-turn token is known for policy {step.policy!r} (the backend has no tokenizer)"
+    return {"step_id": step.step_id, "policy": step.policy, "ids": [*ids, eot]}, ""
 
 
 def _end_of_turn(response_ids: list[int], finish_reason: str | None, tok: Any) -> int | None:
