@@ -17,19 +17,23 @@ import difflib
 import math
 import types
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_serializer, model_validator
 
 from swarm.errors import ConfigError
 from swarm.train.config import TrainConfig
 
+if TYPE_CHECKING:
+    from swarm.train.feedback import RatingRule
+
 Tree = dict[str, Any]  # a resolved Hydra tree, or part of one: untyped until validate() types it
 
-__all__ = ["ConfigError", "RunConfig", "ServeConfig", "FeedbackSection", "RewardSection", "TaskSection", "TrainSection", "BatchingSection",
+__all__ = ["ConfigError", "RunConfig", "ServeConfig", "RewardSection", "TaskSection", "TrainSection", "BatchingSection",
            "MlflowSection", "AlgoSection", "PoolSection", "GatewaySection", "HFModel", "VLLMModel", "UpstreamModel",
            "EchoModel", "FleetModel", "Model", "ThreadRunner", "ProcessRunner", "RayRunner", "Runner", "validate",
-           "model_section", "section_keys", "check_pool_url", "check_task", "unknown_key_hint", "workers_elsewhere", "make_train_config"]
+           "model_section", "section_keys", "check_pool_url", "check_task", "unknown_key_hint", "workers_elsewhere", "make_train_config",
+           "FeedbackSection"]
 
 
 class _Section(BaseModel):
@@ -321,7 +325,7 @@ class FeedbackSection(_Section):
             raise ValueError(f"feedback.reward_scale={list(self.reward_scale)}: need finite [min, max], e.g. [0, 1]")
         return self
 
-    def rule(self) -> Any:
+    def rule(self) -> RatingRule:
         """The :class:`swarm.train.feedback.RatingRule` these keys describe."""
         from swarm.train.feedback import RatingRule
 
@@ -381,6 +385,15 @@ class RunConfig(ServeConfig):
         if self.task.group_size < 2:  # advantages are group-relative whatever algo.name (algo.group_by)
             raise ValueError(f"task.group_size={self.task.group_size}: GRPO compares the episodes of a group, "
                              "it needs at least 2")
+        return self
+
+    @model_validator(mode="after")
+    def _feedback_fits(self) -> RunConfig:
+        judge = self.task.reward
+        if self.feedback.rating == "fill" and judge is not None and judge.kind == "judge":
+            raise ValueError("feedback.rating=fill with task.reward.kind=judge: the judge's reward arrives after an "
+                             "episode ends, and fill would set a rated episode's reward before it; use "
+                             "feedback.rating=weighted or replace with a judge")
         return self
 
     def raw(self) -> Tree:

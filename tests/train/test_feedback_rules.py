@@ -11,8 +11,7 @@ from swarm.merge import TrainSeq, collate, merge_items
 from swarm.pool.feedback import Correction, Rating
 from swarm.records import Step
 from swarm.train import TrainConfig, Trainer, target_logprobs
-from swarm.train.feedback import (RatingRule, correction_items, fill_rewards, rated_rewards, rating_reward,
-                                  step_ratings)
+from swarm.train.feedback import RatingRule, correction_items, fill_rewards, rated_rewards, rating_reward, step_ratings
 
 
 def _rating(step_id, episode_id, value, source="judge", t=0.0):
