@@ -14,21 +14,26 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_serializer, model_validator
 
 from swarm.errors import ConfigError
 from swarm.train.config import TrainConfig
 
+if TYPE_CHECKING:
+    from swarm.train.feedback import RatingRule
+
 Tree = dict[str, Any]  # a resolved Hydra tree, or part of one: untyped until validate() types it
 
 __all__ = ["ConfigError", "RunConfig", "ServeConfig", "RewardSection", "TaskSection", "TrainSection", "BatchingSection",
            "MlflowSection", "AlgoSection", "PoolSection", "GatewaySection", "HFModel", "VLLMModel", "UpstreamModel",
            "EchoModel", "FleetModel", "Model", "ThreadRunner", "ProcessRunner", "RayRunner", "Runner", "validate",
-           "model_section", "section_keys", "check_pool_url", "check_task", "unknown_key_hint", "workers_elsewhere", "make_train_config"]
+           "model_section", "section_keys", "check_pool_url", "check_task", "unknown_key_hint", "workers_elsewhere", "make_train_config",
+           "FeedbackSection"]
 
 
 class _Section(BaseModel):
@@ -343,6 +348,35 @@ class BatchingSection(_Section):
     agree_every: int = Field(default=0, ge=0)
 
 
+class FeedbackSection(_Section):
+    """Human feedback in training (docs/gateway.md "Feedback that trains"): the rating rule and corrections."""
+
+    rating: Literal["ignore", "replace", "weighted", "fill"] = "ignore"  # how ratings combine into the reward
+    rating_weight: float = Field(default=0.5, ge=0, le=1)  # weighted: (1-w) * task reward + w * rating
+    rating_scale: tuple[float, float] = (0.0, 1.0)  # [min, max] of the raters' scale ...
+    reward_scale: tuple[float, float] = (0.0, 1.0)  # ... mapped linearly (clamped) onto this reward range
+    correction_weight: float = Field(default=1.0, ge=0)  # advantage of a correction's supervised item; 0 = off
+    correction_updates: int = Field(default=1, ge=1)  # how many updates train each correction
+    max_corrections: int = Field(default=8, ge=0)  # corrections per update (oldest first)
+
+    @model_validator(mode="after")
+    def _scales(self) -> FeedbackSection:
+        lo, hi = self.rating_scale
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise ValueError(f"feedback.rating_scale={[lo, hi]}: need finite [min, max] with min < max, e.g. [1, 5]")
+        if not all(math.isfinite(x) for x in self.reward_scale):
+            raise ValueError(f"feedback.reward_scale={list(self.reward_scale)}: need finite [min, max], e.g. [0, 1]")
+        return self
+
+    def rule(self) -> RatingRule:
+        """The :class:`swarm.train.feedback.RatingRule` these keys describe."""
+        from swarm.train.feedback import RatingRule
+
+        return RatingRule(mode=self.rating, weight=self.rating_weight, rating_min=self.rating_scale[0],
+                          rating_max=self.rating_scale[1], reward_min=self.reward_scale[0],
+                          reward_max=self.reward_scale[1])
+
+
 class MlflowSection(_Section):
     tracking_uri: str | None = None
     experiment: str = Field(default="swarmpool", min_length=1)
@@ -374,6 +408,7 @@ class RunConfig(ServeConfig):
     mlflow: MlflowSection
     algo: AlgoSection  # type: ignore[valid-type]
     runner: Runner
+    feedback: FeedbackSection = Field(default_factory=FeedbackSection)
     frozen_policies: dict[str, Model] = Field(default_factory=dict)  # name -> model, served, never trained
     overrides: list[str] = Field(default_factory=list)  # the command line's overrides (run name, MLflow tags)
 
@@ -401,6 +436,15 @@ class RunConfig(ServeConfig):
         if self.task.group_size < 2:  # advantages are group-relative whatever algo.name (algo.group_by)
             raise ValueError(f"task.group_size={self.task.group_size}: GRPO compares the episodes of a group, "
                              "it needs at least 2")
+        return self
+
+    @model_validator(mode="after")
+    def _feedback_fits(self) -> RunConfig:
+        judge = self.task.reward
+        if self.feedback.rating == "fill" and judge is not None and judge.kind == "judge":
+            raise ValueError("feedback.rating=fill with task.reward.kind=judge: the judge's reward arrives after an "
+                             "episode ends, and fill would set a rated episode's reward before it; use "
+                             "feedback.rating=weighted or replace with a judge")
         return self
 
     def raw(self) -> Tree:

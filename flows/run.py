@@ -51,7 +51,10 @@ def update_settings(cfg: RunConfig) -> update.UpdateSettings:
     return update.UpdateSettings(strategy=b.strategy, min_episodes=b.min_episodes, min_groups=b.min_groups,
                                  group_size=cfg.task.group_size, timeout_s=cfg.train.batch_timeout_s,
                                  max_staleness=cfg.train.max_staleness, group_by=cfg.algo.group_by,
-                                 scale_std=cfg.algo.scale_std)
+                                 scale_std=cfg.algo.scale_std, rating_rule=cfg.feedback.rule(),
+                                 correction_weight=cfg.feedback.correction_weight,
+                                 correction_updates=cfg.feedback.correction_updates,
+                                 max_corrections=cfg.feedback.max_corrections)
 
 
 def _update_policies(s: Session, settings: update.UpdateSettings, on_poll: Any) -> dict[str, float]:

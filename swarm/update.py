@@ -4,6 +4,12 @@
 ranks > 0 run :func:`follow`, the same :func:`apply` as followers (no ledger, no pool: rank 0's
 broadcast batch, publishing only bumps the version). :class:`Stages` are the observable stages:
 plain functions by default, Prefect tasks in the flow. It reads no config and does not log.
+
+Human feedback (docs/gateway.md "Feedback that trains") enters between the lease and the items:
+the leased steps' rewards go through the rating rule, and pending corrections join the batch as
+supervised items, recorded in the pool's ``feedback_uses`` once the update has published. Under
+the ``fill`` rule, rated steps without a reward get it in the pool before each wait, so they can
+be leased at all.
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ from swarm.pool import Lease, StepFilter
 from swarm.records import Step
 from swarm.train import Ledger, Trainer, distributed, items_from_steps, quarantine
 from swarm.train.faults import crash_point
+from swarm.train.feedback import RatingRule, correction_items, fill_rewards, rated_rewards, step_ratings
 
-__all__ = ["UpdateSettings", "Stages", "train", "lease_usable", "apply", "run_update", "follow"]
+__all__ = ["UpdateSettings", "Stages", "train", "lease_usable", "apply", "run_update", "follow", "rate",
+           "pending_corrections", "fill_from_ratings"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,11 @@ class UpdateSettings:
     # the curated set the lease takes from (None: every trainable step) and its name for display ("clean@2")
     curated: StepFilter | None = None
     curation: str | None = None
+    # human feedback (flows.config FeedbackSection): the rating rule and the corrections' weight and bounds
+    rating_rule: RatingRule = RatingRule()
+    correction_weight: float = 1.0
+    correction_updates: int = 1
+    max_corrections: int = 8
 
 
 def train(trainer: Trainer, items: list[TrainSeq], lead: bool = True) -> dict[str, float]:
@@ -112,19 +125,79 @@ def run_update(ledger: Ledger, s: UpdateSettings, stop: threading.Event, stages:
     """One update of ``ledger.trainer`` over ``ledger.pool``: its metrics and trained steps (None: stopped);
     committed at a checkpoint (with ``extra``) when the ledger's cadence is due or ``stop`` is set."""
     t0 = time.perf_counter()
-    got = lease_usable(ledger, s, stop, stages, on_poll)
+    fill_from_ratings(ledger, s)
+    got = lease_usable(ledger, s, stop, stages, _filling(ledger, s, on_poll))
     if got is None:
         return None
     lease, steps, n_bad = got
     lease = lease.model_copy(update={"steps": steps})  # the quarantined ones are settled apart
     t_wait = time.perf_counter() - t0
     metrics = {**loop.batch_metrics(steps, ledger.trainer.version), "pool/quarantined": float(n_bad)}
+    steps, fb_metrics = rate(ledger, s, steps)
     items = items_from_steps(steps, group_by=s.group_by, scale_std=s.scale_std)
+    corrections = pending_corrections(ledger, s)
+    items += corrections
+    metrics.update(fb_metrics)
+    if s.correction_weight > 0:
+        metrics["feedback/corrections"] = float(len(corrections))
     metrics.update(apply(ledger.trainer, items, stages, ledger, lease, stop, extra))
+    if corrections:  # published: these corrections count as trained once more
+        ledger.pool.record_feedback_uses([c.step_id for c in corrections], ledger.trainer.version,
+                                         ledger.trainer.policy)
     wall = time.perf_counter() - t0
     metrics.update({"time/wait_s": t_wait, "time/update_wall_s": wall,
                     "throughput/steps_per_s": len(steps) / max(wall, 1e-9)})
     return metrics, steps
+
+
+def fill_from_ratings(ledger: Ledger, s: UpdateSettings) -> int:
+    """Under the ``fill`` rule: rated, finished steps (or episodes) of the trainer's policy without a
+    reward get the mapped rating as their final reward (recorded with the rater's source); returns how many."""
+    if s.rating_rule.mode != "fill":
+        return 0
+    pool = ledger.pool
+    todo = fill_rewards(pool.unrewarded_ratings(ledger.trainer.policy), s.rating_rule)
+    for kind, target, reward, source in todo:
+        pool.report_reward(**{f"{kind}_id": target}, reward=reward, source=source, final=True)
+    return len(todo)
+
+
+def _filling(ledger: Ledger, s: UpdateSettings, on_poll: Callable[[Any], None] | None,
+             every_s: float = 1.0) -> Callable[[Any], None] | None:
+    """``on_poll`` that also fills rewards from ratings (at most every ``every_s``) while the wait polls."""
+    if s.rating_rule.mode != "fill":
+        return on_poll
+    last = [time.monotonic()]
+
+    def poll(decision: Any) -> None:
+        if on_poll is not None:
+            on_poll(decision)
+        if not decision.fire and time.monotonic() - last[0] >= every_s:
+            last[0] = time.monotonic()
+            fill_from_ratings(ledger, s)
+    return poll
+
+
+def rate(ledger: Ledger, s: UpdateSettings, steps: list[Step]) -> tuple[list[Step], dict[str, float]]:
+    """The leased steps with their rewards after the rating rule (one pool read), and ``feedback/rated_steps``."""
+    if s.rating_rule.mode == "ignore":
+        return steps, {}
+    ratings = step_ratings(steps, ledger.pool.feedback_ratings([st.step_id for st in steps]))
+    rewards = rated_rewards([st.reward for st in steps], ratings, s.rating_rule)
+    out = [st if r == st.reward else st.model_copy(update={"reward": r}) for st, r in zip(steps, rewards, strict=True)]
+    return out, {"feedback/rated_steps": float(sum(q is not None for q in ratings))}
+
+
+def pending_corrections(ledger: Ledger, s: UpdateSettings) -> list[TrainSeq]:
+    """Supervised items of the corrections still to train (one pool read); too long ones are skipped."""
+    if s.correction_weight <= 0 or s.max_corrections < 1:
+        return []
+    tr = ledger.trainer
+    vocab, max_len = quarantine.limits_of(tr.model)
+    found = ledger.pool.pending_corrections(tr.policy, max_uses=s.correction_updates, limit=s.max_corrections)
+    ok = [c for c in found if (max_len is None or len(c.prompt_ids) + len(c.response_ids) <= max_len)
+          and all(t < vocab for t in c.prompt_ids + c.response_ids)]
+    return correction_items(ok, s.correction_weight, tr.version)
 
 
 def follow(trainers: Trainer | Mapping[str, Trainer]) -> int:

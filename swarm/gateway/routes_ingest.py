@@ -13,6 +13,13 @@
   ``agent`` (episode key), a ``judge`` (client token) or the ``admin``; a higher authority supersedes a
   lower one, an equal one never overwrites a final reward, and every reward is recorded with its
   source. The answer says whether it was applied and why (``reward_applied``, ``reward_reason``).
+- A feedback ``correction`` is also stored as exact token ids for the trainer
+  (``payload["correction_tokens"]``: the corrected step, its policy, the ids), tokenized here with
+  the step's policy: the text as plain text (control-token spellings stay text) followed by the
+  end-of-turn id the step itself ended with (else the tokenizer's eos), as the backend ends an
+  assistant turn. A correction of an episode corrects its last step. Without a local tokenizer for
+  that policy (upstream, echo) the correction is stored as text only (``correction_ids: null``, the
+  reason in ``correction_reason``).
 """
 
 from __future__ import annotations
@@ -21,17 +28,19 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from swarm.errors import NotFoundError
+from swarm.errors import NotFoundError, SwarmError
 from swarm.gateway.schemas import EventIn, FeedbackIn, StepsSubmit, WhiteboxStep
 from swarm.gateway.state import GatewayState, State
 from swarm.policy.base import vocab_size
+from swarm.policy.textguard import GUARD_CLOSE, GUARD_OPEN, strip_marks
+from swarm.pool.feedback import CORRECTION_KEY
 from swarm.pool.rewards import RewardOutcome
 from swarm.records import Event, Source, Step
 from swarm.web.auth import Caller
 from swarm.web.errors import ApiError
 from swarm.web.state import any_caller, episode_caller
 
-__all__ = ["router", "min_reward_source", "report_reward"]
+__all__ = ["router", "min_reward_source", "report_reward", "correction_tokens"]
 
 router = APIRouter(tags=["ingest"])
 
@@ -174,15 +183,60 @@ async def post_feedback(body: FeedbackIn, caller: Caller = Depends(any_caller),
     """Human / judge feedback: a rating, a correction and/or a reward (final unless ``final: false``)."""
     if body.rating is None and body.correction is None and body.reward is None:
         raise ApiError(400, "feedback needs a rating, a correction or a reward", param="rating", code="empty_feedback")
+    if CORRECTION_KEY in body.payload:
+        raise ApiError(400, f"payload.{CORRECTION_KEY} is written by the gateway (a correction's token ids); "
+                       "send the correction as text in 'correction'", param=f"payload.{CORRECTION_KEY}",
+                       code="invalid_value")
     ep_id, step_id = await _resolve(state, caller, body.episode_id, body.step_id, body.response_id)
     source = Source.blackbox if caller.episode_id else Source.service
     payload = dict(body.payload)
     if body.reward is not None:
         payload["reward"] = body.reward
+    fixed: dict[str, Any] = {}
+    if body.correction is not None:
+        tokens, why = await correction_tokens(state, ep_id, step_id, body.correction)
+        fixed = {"correction_ids": None if tokens is None else tokens["ids"],
+                 "correction_step_id": None if tokens is None else tokens["step_id"]}
+        if tokens is None:
+            fixed["correction_reason"] = why
+        else:
+            payload[CORRECTION_KEY] = tokens
     ev = Event(kind="feedback", episode_id=ep_id if step_id is None else None, step_id=step_id, name=body.name,
                value=body.reward, rating=body.rating, correction=body.correction, source=source, payload=payload)
     event_id = await state.write(state.pool.add_event, ev)
-    out: dict[str, Any] = {"event_id": event_id, "episode_id": ep_id, "step_id": step_id, "reward_applied": None}
+    out: dict[str, Any] = {"event_id": event_id, "episode_id": ep_id, "step_id": step_id, "reward_applied": None,
+                           **fixed}
     if body.reward is not None:  # by authority; a refused one stays in the history with its reason
         out.update((await report_reward(state, caller, ep_id, step_id, body.reward, body.final)).json())
     return out
+
+
+async def correction_tokens(state: GatewayState, episode_id: str, step_id: str | None,
+                            text: str) -> tuple[dict[str, Any] | None, str]:
+    """``({"step_id", "policy", "ids"}, "")`` of a correction of the step (else the episode's last step),
+    tokenized with that step's policy; ``(None, why)`` when it cannot be tokenized here."""
+    step = await (state.db(state.pool.get_step, step_id) if step_id is not None
+                  else state.db(state.pool.last_step, episode_id))
+    if step is None:
+        return None, "the episode has no step to correct"
+    backend = state.backend
+    try:
+        if step.policy not in backend.policies():
+            return None, f"policy {step.policy!r} is not served by this gateway: no tokenizer for the correction"
+        ids = backend.encode(step.policy, GUARD_OPEN + strip_marks(text) + GUARD_CLOSE)  # plain text, no control ids
+        tok = getattr(backend, "tokenizer", None)
+    except SwarmError as exc:  # no local tokenizer (an upstream policy)
+        return None, f"the correction cannot be tokenized for policy {step.policy!r}: {exc}"
+    eot = _end_of_turn(step.response_ids, step.finish_reason, tok)
+    if eot is None:
+        return None, f"no end-of-turn token is known for policy {step.policy!r} (the backend has no tokenizer)"
+    return {"step_id": step.step_id, "policy": step.policy, "ids": [*ids, eot]}, ""
+
+
+def _end_of_turn(response_ids: list[int], finish_reason: str | None, tok: Any) -> int | None:
+    """The id ending an assistant turn: the one the step stopped on, else the tokenizer's eos (None: unknown)."""
+    specials = set(getattr(tok, "all_special_ids", None) or [])
+    if response_ids and finish_reason == "stop" and response_ids[-1] in specials:
+        return int(response_ids[-1])
+    eos = getattr(tok, "eos_token_id", None)
+    return int(eos) if isinstance(eos, int) else None

@@ -34,6 +34,7 @@ from swarm.pool.engine import insert_ignore
 from swarm.pool.episodes import EpisodesMixin
 from swarm.pool.evals import EvalsMixin
 from swarm.pool.export import ExportMixin
+from swarm.pool.feedback import FeedbackMixin
 from swarm.pool.filter import StepFilter
 from swarm.pool.heads import HeadsMixin
 from swarm.pool.lease import LeaseMixin
@@ -59,7 +60,8 @@ _TOUCH = E.update().where(E.c.episode_id.in_(_IDS)).values(updated_at=sa.bindpar
 
 
 class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, HeadsMixin, AgreementsMixin,
-           RewardsMixin, EvalsMixin, CurationsMixin):
+           RewardsMixin, EvalsMixin, CurationsMixin,
+           FeedbackMixin):
     """The data pool on SQLite (``sqlite:///file.db``) or PostgreSQL (``postgresql+psycopg://``).
 
     ``block_size`` is the token block length of the content-addressed store; steps written

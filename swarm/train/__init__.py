@@ -2,7 +2,9 @@
 
 One update (in full: :func:`swarm.update.run_update`, which the flow, ``flows/run.py``, runs)::
 
+    rewards = rated_rewards(...)                        # human ratings by the rule (feedback)
     items = items_from_steps(leased_steps)              # rewards -> GRPO advantages
+    items += correction_items(...)                      # human corrections, supervised
     metrics = trainer.update(items)                     # merge + one optimizer step
     ledger.publish()                                    # adapter -> backend, version + 1 -> pool
     ledger.trained(lease_id, step_ids)                  # pending until the next checkpoint
@@ -29,11 +31,14 @@ _LAZY = {
     "items_from_steps": "swarm.train.prepare",
     **dict.fromkeys(("adapter_state", "save_adapter"), "swarm.train.publish"),
     "Trainer": "swarm.train.trainer",
+    **dict.fromkeys(("RatingRule", "rating_reward", "step_ratings", "rated_rewards", "fill_rewards",
+                     "correction_items"), "swarm.train.feedback"),
 }
 
 __all__ = ["assign_credit", "group_keys", "grpo_advantages", "advantage_stats", "ppo_clip_loss", "k3_kl",
            "item_token_weights", "target_logprobs", "items_from_steps", "LoraSpec", "TrainConfig", "Trainer", "Ledger",
-           "adapter_state", "save_adapter", "commit_checkpoint", "load_latest_checkpoint", "distributed"]
+           "adapter_state", "save_adapter", "commit_checkpoint", "load_latest_checkpoint", "distributed",
+           "RatingRule", "rating_reward", "step_ratings", "rated_rewards", "fill_rewards", "correction_items"]
 
 
 def __getattr__(name: str) -> Any:
