@@ -46,6 +46,8 @@ class WorkerConfig:
     token: str | None = None
     agree_every: int = 0  # post /v1/sync/agree after every k finished groups (C4/C5); 0 = never
     options: dict[str, Any] = field(default_factory=dict)  # task-specific (role -> policy map, mix, ...)
+    eval_only: bool = False  # every group is an eval group (flows.eval: a pinned version's held-out episodes)
+    metadata: dict[str, Any] = field(default_factory=dict)  # added to every episode's metadata (flows.eval's tags)
 
 
 def _slots(cfg: WorkerConfig, stop: threading.Event) -> Iterator[tuple[int, str, str]]:
@@ -54,7 +56,7 @@ def _slots(cfg: WorkerConfig, stop: threading.Event) -> Iterator[tuple[int, str,
     k = 0
     while not stop.is_set() and (cfg.max_groups is None or k < cfg.max_groups):
         seed = base + k
-        kind = "eval" if cfg.eval_every and (k + 1) % cfg.eval_every == 0 else "train"
+        kind = "eval" if cfg.eval_only or (cfg.eval_every and (k + 1) % cfg.eval_every == 0) else "train"
         for _ in range(cfg.group_size):
             yield seed, f"{cfg.task}-{seed}", kind
         k += 1
@@ -92,6 +94,7 @@ def run_worker(cfg: WorkerConfig, stop: threading.Event | None = None) -> dict[s
 
     def loop() -> None:
         tags = {"code_version": task.code_version} if task.code_version else {}
+        tags.update(cfg.metadata)
         with SwarmClient(cfg.server, token=cfg.token, metadata=tags) as client:
             while not stop.is_set():
                 slot = next_slot()
