@@ -248,7 +248,7 @@ def run_eval(c: EvalConfig, stop: threading.Event | None = None) -> Outcome:
         wcfg = WorkerConfig(server=stack.url, task=c.task.name, workers=ev.workers, group_size=group_size,
                             model=target.policy, temperature=c.task.temperature, max_tokens=c.task.max_tokens,
                             episode_timeout_s=c.task.episode_timeout_s, seed=ev.seed, max_groups=ev.groups,
-                            options=dict(c.task.options), eval_only=True, metadata=tags)
+                            options=dict(c.task.options), eval_only=True, metadata=tags, seeded=True)
         print(f"{label}: {ev.groups} groups x {group_size} on {c.task.name} seeds {ev.seed}..{ev.seed + ev.groups - 1}"
               f" through {stack.url}", flush=True)
         stats: dict[str, float] = {}
@@ -259,7 +259,7 @@ def run_eval(c: EvalConfig, stop: threading.Event | None = None) -> Outcome:
             return out
         out.failed = int(stats.get("failed", 0))
         episodes = pool.query_episodes(StepFilter(metadata={"eval_run": out.eval_run}), limit=total + 1)
-        extra = {"seed": ev.seed, "groups": ev.groups, "group_size": group_size, "failed": out.failed,
+        extra = {"seed": ev.seed, "seeded": True, "groups": ev.groups, "group_size": group_size, "failed": out.failed,
                  "weights": None if target.weights is None else str(target.weights)}
         if target.training_run_id:
             extra["training_run_id"] = target.training_run_id
