@@ -164,6 +164,7 @@ def test_version_1_evaluated_while_version_3_trains(flow_config, tmp_path: Path)
         assert result["status"] == "FINISHED" and result["updates"] == updates, result
 
         (r,) = pool.eval_results(policy="default", version=1)
+        print(done.stdout.strip().splitlines()[-1])
         eps = pool.query_episodes(StepFilter(metadata={"eval_run": r.metadata["eval_run"]}), limit=100)
         assert r.source == "pinned" and r.episodes == len(eps) == 8 and {e.type for e in eps} == {"eval"}
         assert r.reward == pytest.approx(sum(e.reward for e in eps) / len(eps))
@@ -172,6 +173,12 @@ def test_version_1_evaluated_while_version_3_trains(flow_config, tmp_path: Path)
         assert len(steps) == 8 and {s.policy_version for s in steps} == {1}
         v3 = next(v for v in pool.policy_versions("default") if v.version == 3)
         assert v3.created_at > started, "version 3 was published before the evaluation started"
+        # again, after the run: the hf backend is seeded per call, so the same instances get the same replies
+        again = run_eval(_eval_config("eval.version=1", f"pool.url={url}", f"mlflow.tracking_uri={mlruns}",
+                                      "eval.groups=2", "eval.group_size=4", "task.max_tokens=8"))
+        replies = [sorted((s.group_id, s.response_text) for s in pool.query_steps(
+            StepFilter(metadata={"eval_run": run}), limit=1000)) for run in (r.metadata["eval_run"], again.eval_run)]
+        assert replies[0] == replies[1] and again.results[0].reward == r.reward
     finally:
         if pool is not None:
             pool.close()
@@ -185,8 +192,8 @@ def test_version_1_evaluated_while_version_3_trains(flow_config, tmp_path: Path)
     import mlflow
 
     mlflow.set_tracking_uri(mlruns)
-    (run,) = mlflow.search_runs(experiment_names=["swarmpool"], filter_string="attributes.run_name = 'eval default v1'",
-                                output_format="list")
+    run, _ = mlflow.search_runs(experiment_names=["swarmpool"], filter_string="attributes.run_name = 'eval default v1'",
+                                output_format="list", order_by=["attributes.start_time ASC"])
     hist = mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "eval/reward")
     assert [(m.step, m.value) for m in hist] == [(1, pytest.approx(r.reward))]
     assert r.metadata["mlflow_run_id"] == run.info.run_id
