@@ -197,3 +197,38 @@ def test_version_1_evaluated_while_version_3_trains(flow_config, tmp_path: Path)
     hist = mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "eval/reward")
     assert [(m.step, m.value) for m in hist] == [(1, pytest.approx(r.reward))]
     assert r.metadata["mlflow_run_id"] == run.info.run_id
+
+
+def test_sigterm_ends_everything_and_records_nothing(tmp_path: Path) -> None:
+    import signal
+
+    import httpx
+
+    url = f"sqlite:///{tmp_path}/pool.db"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "flows.eval", "model=echo", "model.delay_s=0.3", "eval.version=0",
+                             f"pool.url={url}", "eval.groups=50", f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        line = ""
+        while " through http" not in line:
+            line = proc.stdout.readline()
+            assert line, "flows.eval ended before its gateway started"
+        gateway = line.rsplit(" ", 1)[1].strip()
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=30)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, rest
+    assert "eval stopped: nothing recorded" in rest and "Traceback" not in rest, rest
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(gateway + "/health", timeout=2)
+    pool = Pool(url)
+    try:
+        assert pool.eval_results() == []
+    finally:
+        pool.close()
