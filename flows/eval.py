@@ -136,11 +136,13 @@ def _backend(model: Model, target: Target) -> Any:
     from swarm.policy.fleet import load_adapter_dir, load_adapter_spec
 
     w = target.weights
-    if w is not None and not (w / "adapter_config.json").is_file():  # a full fine-tune: the folder is the model
+    if w is not None and not (w / "adapter_config.json").is_file():  # a full fine-tune: the base's weights replaced
+        from safetensors.torch import load_file
+
         if not isinstance(model, HFModel):
-            raise ConfigError(f"{target.source}: a full model folder is served with model.backend=hf")
-        backend = make_backend(model.model_copy(update={"path": str(w), "gguf": None}), [target.policy], None)
-        state = None
+            raise ConfigError(f"{target.source}: a full fine-tune's weights are loaded by model.backend=hf")
+        backend = make_backend(model, [target.policy], None)
+        state = {k: v for f in sorted(w.glob("*.safetensors")) for k, v in load_file(str(f)).items()}
     else:
         spec = None if w is None else load_adapter_spec(w)
         backend = make_backend(model, [target.policy], spec)

@@ -93,6 +93,20 @@ def test_a_version_without_an_adapter_is_a_clear_error(tmp_path: Path) -> None:
     assert done.returncode == 2 and "kept no adapter" in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
+def test_a_checkpoint_folder_resolves_to_the_adapter_its_commit_wrote(tmp_path: Path) -> None:
+    from swarm.train.checkpoint import commit_checkpoint
+
+    adapter = _adapter(tmp_path, 3)
+    ckpt = commit_checkpoint(tmp_path / "checkpoints" / "default", 7, {"policy": "default", "version": 3})
+    for folder in (adapter, ckpt, ckpt.parent):
+        t = resolve_target(None, _eval_config(f"eval.checkpoint={folder}").eval)
+        assert (t.policy, t.version, t.weights) == ("default", 3, adapter), folder
+    with pytest.raises(ConfigError, match=r"eval.checkpoint=.*: it holds policy 'default'; set eval.policy=default"):
+        resolve_target(None, _eval_config(f"eval.checkpoint={adapter}", "eval.policy=other").eval)
+    with pytest.raises(ConfigError, match=r"eval.checkpoint=.*: not an adapter folder"):
+        resolve_target(None, _eval_config(f"eval.checkpoint={tmp_path}").eval)
+
+
 def test_same_version_same_seed_same_instances(tmp_path: Path) -> None:
     """Two evaluations of version 1 through real gateways on one pool: the same seeds, instances and rewards."""
     url = f"sqlite:///{tmp_path}/pool.db"
@@ -192,6 +206,9 @@ def test_version_1_evaluated_while_version_3_trains(flow_config, tmp_path: Path)
     import mlflow
 
     mlflow.set_tracking_uri(mlruns)
+    (train_run,) = mlflow.search_runs(experiment_names=["swarmpool"], output_format="list",
+                                      filter_string="attributes.run_name != 'eval default v1'")
+    assert not [k for k in train_run.data.metrics if k.startswith("eval/")]  # the pinned episodes are not the run's
     run, _ = mlflow.search_runs(experiment_names=["swarmpool"], filter_string="attributes.run_name = 'eval default v1'",
                                 output_format="list", order_by=["attributes.start_time ASC"])
     hist = mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "eval/reward")
