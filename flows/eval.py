@@ -20,9 +20,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,10 +44,16 @@ from flows.config import (
     unknown_key_hint,
     validate,
 )
+from swarm.errors import SwarmError
 
-__all__ = ["main", "cli_config", "Target", "resolve_target", "summarize", "run_eval", "Outcome"]
+__all__ = ["main", "cli_config", "EvalFailed", "Target", "resolve_target", "summarize", "run_eval", "Outcome",
+           "summary_line"]
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+class EvalFailed(SwarmError, RuntimeError):
+    """The evaluation could not produce a result (no episode finished); the message says which."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +156,14 @@ def _backend(model: Model, target: Target) -> Any:
         backend = make_backend(model, [target.policy], spec)
         state = None if w is None else load_adapter_dir(w)
     if target.version > 0:
-        backend.load_weights(target.policy, state, target.version)
+        try:
+            backend.load_weights(target.policy, state, target.version)
+        except (RuntimeError, SwarmError) as exc:  # torch's size mismatch, unknown keys: another base model
+            if callable(getattr(backend, "close", None)):
+                backend.close()
+            why = " ".join(line.strip() for line in str(exc).strip().splitlines()[:2])
+            raise ConfigError(f"model={model.name or model.backend}: the weights of {target.source} do not fit it "
+                              f"({why[:400]}); pass the training run's model=") from None
     return backend
 
 
@@ -195,11 +210,14 @@ def _log_mlflow(c: EvalConfig, target: Target, results: list[Any]) -> str:
         tags["swarm.training_run_id"] = target.training_run_id
     n = sum(r.episodes for r in results)
     metrics = {"eval/episodes": float(n), "eval/reward": sum(r.reward * r.episodes for r in results) / n}
+    sums: dict[str, list[float]] = {}  # metric -> [weighted sum, episodes of the tasks reporting it]
     for r in results:
         for k, v in r.metrics.items():
-            metrics[f"eval/{k}"] = metrics.get(f"eval/{k}", 0.0) + v * r.episodes / n
+            acc = sums.setdefault(k, [0.0, 0.0])
+            acc[0], acc[1] = acc[0] + v * r.episodes, acc[1] + r.episodes
         if len(results) > 1:
             metrics[f"eval/{r.task}/reward"] = float(r.reward)
+    metrics.update({f"eval/{k}": total / count for k, (total, count) in sums.items()})
     with mlflow.start_run(run_name=f"eval {target.policy} v{target.version}", tags=tags) as run:
         tracking.log_metrics(metrics, step=target.version)
         mlflow.log_dict(tracking.redact(c.raw()), "config.json")
@@ -243,7 +261,10 @@ def run_eval(c: EvalConfig, stop: threading.Event | None = None) -> Outcome:
         backend = _backend(c.model, target)
         if callable(getattr(backend, "close", None)):
             undo.callback(backend.close)
-        stack = start_gateway(pool, backend, c.gateway)
+        try:
+            stack = start_gateway(pool, backend, c.gateway)
+        except ValueError as exc:  # check_bind: off loopback without both tokens
+            raise ConfigError(f"gateway: {exc}") from None
         undo.callback(stack.stop)
         out = Outcome(target, new_id("evalrun"))
         tags = {"eval_run": out.eval_run, "eval_of": {"policy": target.policy, "version": target.version}}
@@ -267,7 +288,7 @@ def run_eval(c: EvalConfig, stop: threading.Event | None = None) -> Outcome:
             extra["training_run_id"] = target.training_run_id
         results = summarize(episodes, target, out.eval_run, extra)
         if not results:
-            raise RuntimeError(f"{label}: no eval episode finished ({out.failed} failed); see the worker's log above")
+            raise EvalFailed(f"{label}: no eval episode finished ({out.failed} failed); see the warnings above")
         out.mlflow_run_id = _log_mlflow(c, target, results)
         for r in results:
             out.results.append(pool.add_eval_result(r.model_copy(
@@ -335,6 +356,9 @@ def _hydra_main(cfg: DictConfig) -> None:
         out = run_eval(c, stop)
     except ConfigError as exc:  # the version or checkpoint cannot be evaluated (found out once the pool is open)
         _fail(str(exc))
+    except SwarmError as exc:  # weights that do not fit model=, a gateway that cannot start, no finished episode
+        print(f"eval failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)
     if shutdown.STOP.exit_code is not None:
         print(f"eval stopped: nothing recorded ({time.perf_counter() - t0:.0f}s)", file=sys.stderr, flush=True)
         sys.exit(shutdown.STOP.exit_code)
@@ -344,6 +368,9 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """Entry point: quiet library logs, the override check, Hydra, the validated config, the evaluation."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # peft reads transformers' renamed is_gradient_checkpointing: a library notice, as flows.train hides it
+    warnings.filterwarnings("ignore", message=re.escape("`is_gradient_checkpointing` is deprecated"),
+                            category=FutureWarning)
     for k, v in {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1",
                  "MLFLOW_LOGGING_LEVEL": "WARNING"}.items():
         os.environ.setdefault(k, v)
