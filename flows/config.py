@@ -657,3 +657,45 @@ def make_train_config(algo: Any, temperature: float, pad_id: int) -> TrainConfig
         return algo.train_config(temperature, pad_id)
     except ValueError as exc:
         raise ConfigError(str(exc).replace("train.temperature", "task.temperature").replace("train.", "algo.")) from None
+
+
+# -- flows.eval ----------------------------------------------------------------------------------
+
+EVAL_SEED = 10**15  # far above training's seed streams (seed * 10**6, Ray's (seed * 1000 + i) * 10**6, random < 2**40)
+
+
+class EvalSection(_Section):
+    """``eval``: which weights ``flows.eval`` evaluates (a published version or a checkpoint) and on what."""
+
+    version: int | None = Field(default=None, ge=0)  # a published version of ``policy`` (its adapter_path)
+    checkpoint: str | None = None  # or: an adapter dir (adapters/<policy>/v<N>) or a trainer checkpoint dir
+    policy: str = Field(default="default", min_length=1)
+    groups: int = Field(default=8, ge=1)  # prompt groups, seeds seed .. seed + groups - 1
+    group_size: int | None = Field(default=None, ge=1)  # None: task.group_size
+    seed: int = Field(default=EVAL_SEED, ge=0)  # the held-out instances: the same for every version
+    workers: int = Field(default=4, ge=1)  # concurrent episodes
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EvalSection:
+        if (self.version is None) == (self.checkpoint is None):
+            raise ValueError("eval: set one of eval.version=N (a published version of eval.policy) or "
+                             "eval.checkpoint=DIR (an adapter or trainer checkpoint folder)"
+                             + ("" if self.version is None else ", not both"))
+        return self
+
+
+class EvalConfig(ServeConfig):
+    """What ``python -m flows.eval`` needs (conf/eval.yaml): the served model, pool, gateway, task, eval, mlflow."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)  # a task file may set keys only training reads
+
+    task: TaskSection
+    eval: EvalSection
+    mlflow: MlflowSection = Field(default_factory=MlflowSection)
+
+    def raw(self) -> Tree:
+        """The config as a plain dict (the MLflow run's config artifact)."""
+        return self.model_dump(mode="json")
+
+
+__all__ += ["EvalSection", "EvalConfig", "EVAL_SEED"]

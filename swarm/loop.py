@@ -138,7 +138,10 @@ def batch_metrics(steps: Sequence[Step], version: int, prefix: str = "") -> dict
 
 def _trained(e: Any, policies: Sequence[str] | None) -> bool:
     """Whether episode ``e`` was played by a trained policy (frozen opponents' seats are ``eval`` episodes
-    too, and must not count as the trained side's results); episodes that name no policy count."""
+    too, and must not count as the trained side's results); episodes that name no policy count. A pinned
+    evaluation's episodes (``flows.eval``: ``eval_run`` in the metadata) report to their own run, never this one."""
+    if "eval_run" in e.metadata:
+        return False
     policy = e.metadata.get("policy")
     return policies is None or policy is None or policy in policies
 

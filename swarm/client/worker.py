@@ -12,6 +12,7 @@ code against the same gateway; the run keeps training and the new episodes carry
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import random
@@ -46,28 +47,48 @@ class WorkerConfig:
     token: str | None = None
     agree_every: int = 0  # post /v1/sync/agree after every k finished groups (C4/C5); 0 = never
     options: dict[str, Any] = field(default_factory=dict)  # task-specific (role -> policy map, mix, ...)
+    eval_only: bool = False  # every group is an eval group (flows.eval: a pinned version's held-out episodes)
+    metadata: dict[str, Any] = field(default_factory=dict)  # added to every episode's metadata (flows.eval's tags)
+    seeded: bool = False  # each chat call carries a sampling seed of (instance seed, group member, call): a seeding
+    #                       backend then gives the same replies for the same weights (flows.eval)
 
 
-def _slots(cfg: WorkerConfig, stop: threading.Event) -> Iterator[tuple[int, str, str]]:
-    """(seed, group_id, type) for each episode to run, group members back to back."""
+@dataclass
+class _SeededLLM(AgentLLM):
+    """An AgentLLM whose ``chat`` calls carry a seed: a hash of the episode's key and the call's index."""
+
+    key: str = ""
+    calls: int = 0
+
+    def chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+        digest = hashlib.blake2b(f"{self.key}/{self.calls}".encode(), digest_size=8).digest()
+        kwargs.setdefault("seed", int.from_bytes(digest, "big") & (2**63 - 1))
+        self.calls += 1
+        return super().chat(messages, **kwargs)
+
+
+def _slots(cfg: WorkerConfig, stop: threading.Event) -> Iterator[tuple[int, str, str, int]]:
+    """(seed, group_id, type, member) for each episode to run, group members back to back."""
     base = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(1 << 40)
     k = 0
     while not stop.is_set() and (cfg.max_groups is None or k < cfg.max_groups):
         seed = base + k
-        kind = "eval" if cfg.eval_every and (k + 1) % cfg.eval_every == 0 else "train"
-        for _ in range(cfg.group_size):
-            yield seed, f"{cfg.task}-{seed}", kind
+        kind = "eval" if cfg.eval_only or (cfg.eval_every and (k + 1) % cfg.eval_every == 0) else "train"
+        for member in range(cfg.group_size):
+            yield seed, f"{cfg.task}-{seed}", kind, member
         k += 1
 
 
 def run_one_episode(client: SwarmClient, task: TaskPackage, cfg: WorkerConfig, seed: int, group_id: str,
-                    kind: str = "train") -> dict[str, float]:
-    """Begin an episode, run the task's agent in it, end it with the reward; returns the reward parts."""
+                    kind: str = "train", member: int = 0) -> dict[str, float]:
+    """Begin an episode, run the task's agent in it, end it with the reward; returns the reward parts
+    (``member``: its place in the group, which seeds its sampling when ``cfg.seeded``)."""
     instance = task.make_instance(seed)
     assert task.run_episode is not None
     with client.episode(task=instance.get("task", task.name), group_id=group_id, type=kind, client_id=cfg.client_id,
                         timeout_s=cfg.episode_timeout_s, metadata={"seed": seed}) as ep:
-        llm = AgentLLM(ep.base_url, ep.api_key, cfg.model, cfg.temperature, cfg.max_tokens)
+        llm = (_SeededLLM(ep.base_url, ep.api_key, cfg.model, cfg.temperature, cfg.max_tokens, key=f"{seed}/{member}")
+               if cfg.seeded else AgentLLM(ep.base_url, ep.api_key, cfg.model, cfg.temperature, cfg.max_tokens))
         parts = task.run_episode(instance, llm)
         reward = float(parts["reward"])
         ep.end(reward=reward, **{k: v for k, v in parts.items() if k != "reward"})
@@ -86,23 +107,24 @@ def run_worker(cfg: WorkerConfig, stop: threading.Event | None = None) -> dict[s
     lock = threading.Lock()
     stats: dict[str, float] = {"episodes": 0, "failed": 0, "reward_sum": 0.0}
 
-    def next_slot() -> tuple[int, str, str] | None:
+    def next_slot() -> tuple[int, str, str, int] | None:
         with lock:
             return next(slots, None)
 
     def loop() -> None:
         tags = {"code_version": task.code_version} if task.code_version else {}
+        tags.update(cfg.metadata)
         with SwarmClient(cfg.server, token=cfg.token, metadata=tags) as client:
             while not stop.is_set():
                 slot = next_slot()
                 if slot is None:
                     return
-                seed, group_id, kind = slot
+                seed, group_id, kind, member = slot
                 try:
                     if task.run_multiagent is not None:
                         parts = task.run_multiagent(task.make_instance(seed), client, group_id, cfg, kind=kind)
                     else:
-                        parts = run_one_episode(client, task, cfg, seed, group_id, kind)
+                        parts = run_one_episode(client, task, cfg, seed, group_id, kind, member)
                 except ClientError as exc:
                     if stop.is_set():
                         return

@@ -35,6 +35,7 @@ so that folder must be readable there); the trainer's own gateway needs none.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -45,10 +46,11 @@ from pathlib import Path
 from typing import Any
 
 from swarm.errors import BackendError, ConflictError, ContextLengthError, SwarmError, ValidationError
+from swarm.lora import LoraSpec
 from swarm.policy.base import GenerateRequest, Generation, PolicyBackend, TokenDelta
 from swarm.pool import Reader
 
-__all__ = ["FleetBackend", "Replica", "VersionFollower", "load_adapter_dir"]
+__all__ = ["FleetBackend", "Replica", "VersionFollower", "load_adapter_dir", "load_adapter_spec"]
 
 log = logging.getLogger(__name__)
 
@@ -350,6 +352,19 @@ def load_adapter_dir(path: str | Path) -> dict[str, Any]:
         raise BackendError(f"no adapter_model.safetensors in {path}: is the trainer's out_dir readable here?",
                            path=str(path))
     return load_file(str(f))
+
+
+def load_adapter_spec(path: str | Path) -> LoraSpec:
+    """The :class:`~swarm.lora.LoraSpec` of a saved adapter (its ``adapter_config.json``): what a backend
+    needs to attach before it can load that adapter's state (rank, alpha and targets must match)."""
+    f = Path(path) / "adapter_config.json"
+    try:
+        cfg = json.loads(f.read_text())
+    except (OSError, ValueError) as exc:
+        raise BackendError(f"cannot read {f}: {exc}", path=str(path)) from None
+    targets = cfg.get("target_modules") or ()
+    return LoraSpec(rank=int(cfg["r"]), alpha=float(cfg["lora_alpha"]), dropout=float(cfg.get("lora_dropout") or 0.0),
+                    target_modules=targets if isinstance(targets, str) else tuple(sorted(targets)))
 
 
 class VersionFollower:

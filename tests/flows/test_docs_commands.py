@@ -1,5 +1,5 @@
-"""Every ``python -m flows.train`` / ``flows.serve`` command written in README.md, docs/ and the
-experiments' READMEs composes and validates as written: the same compose + ``cli_config`` (train) or
+"""Every ``python -m flows.train`` / ``flows.serve`` / ``flows.eval`` command written in README.md, docs/ and the
+experiments' READMEs composes and validates as written: the same compose + ``cli_config`` (train, eval) or
 ``ServeConfig`` (serve) checks the command line runs before anything starts, so a renamed key, a
 removed option or a task file that went away fails here instead of in a reader's terminal.
 
@@ -24,13 +24,13 @@ _CODE = re.compile(r"```[a-z]*\n(.*?)```|`([^`\n]+)`", re.S)  # fenced blocks an
 
 
 def _commands() -> list[tuple[str, str, list[str]]]:
-    """(where, flow, overrides) for each runnable flows.train / flows.serve command in a code block."""
+    """(where, flow, overrides) for each runnable flows.train / flows.serve / flows.eval command in a code block."""
     found: dict[tuple[str, tuple[str, ...]], str] = {}
     for doc in DOCS:
         for fenced, inline in _CODE.findall(doc.read_text()):
             block = fenced or inline
             for line in block.replace("\\\n", " ").splitlines():
-                m = re.search(r"python -m flows\.(train|serve)\b(.*)", line)
+                m = re.search(r"python -m flows\.(train|serve|eval)\b(.*)", line)
                 if not m or "|" in m.group(2):  # a diagram, not a command
                     continue
                 try:
@@ -50,7 +50,7 @@ COMMANDS = _commands()
 
 def test_the_docs_hold_commands() -> None:
     flows = {flow for _, flow, _ in COMMANDS}
-    assert len(COMMANDS) >= 25 and flows == {"train", "serve"}, COMMANDS
+    assert len(COMMANDS) >= 25 and flows == {"train", "serve", "eval"}, COMMANDS
 
 
 @pytest.mark.parametrize("where,flow,overrides", COMMANDS, ids=[w for w, _, _ in COMMANDS])
@@ -66,5 +66,9 @@ def test_documented_command_validates(where: str, flow: str, overrides: list[str
         cfg = compose(config_name=flow, overrides=[*overrides, *extra])
     if flow == "train":
         cli_config(cfg, overrides)
+    elif flow == "eval":
+        from flows.eval import cli_config as eval_config
+
+        eval_config(OmegaConf.to_container(cfg, resolve=True))
     else:
         validate(OmegaConf.to_container(cfg, resolve=True), schema=ServeConfig)
