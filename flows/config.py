@@ -33,7 +33,7 @@ __all__ = ["ConfigError", "RunConfig", "ServeConfig", "RewardSection", "TaskSect
            "MlflowSection", "AlgoSection", "PoolSection", "GatewaySection", "HFModel", "VLLMModel", "UpstreamModel",
            "EchoModel", "FleetModel", "Model", "ThreadRunner", "ProcessRunner", "RayRunner", "Runner", "validate",
            "model_section", "section_keys", "check_pool_url", "check_task", "unknown_key_hint", "workers_elsewhere", "make_train_config",
-           "FeedbackSection"]
+           "FeedbackSection", "EvalSection", "EvalConfig", "EVAL_SEED"]
 
 
 class _Section(BaseModel):
@@ -697,5 +697,3 @@ class EvalConfig(ServeConfig):
         """The config as a plain dict (the MLflow run's config artifact)."""
         return self.model_dump(mode="json")
 
-
-__all__ += ["EvalSection", "EvalConfig", "EVAL_SEED"]
