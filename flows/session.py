@@ -117,6 +117,8 @@ def _open_run(s: Session, out: Path) -> Any:
     run = tracking.open_run(s.cfg, continue_run_id=previous)
     tracking.log_curation(*s.curation)
     f.write_text(json.dumps({"run_id": run.info.run_id}))
+    for led in s.ledgers.values():  # each published version names the run that trained it (lineage, flows.eval)
+        led.version_metadata["mlflow_run_id"] = run.info.run_id
     console.where(gateway=s.stack.url, run_dir=out, mlflow_uri=tracking.tracking_uri(s.cfg.mlflow.tracking_uri),
                   experiment=s.cfg.mlflow.experiment, run_name=run.info.run_name, run_id=run.info.run_id,
                   model=trainer_model_path(s.cfg.model))

@@ -37,6 +37,7 @@ class Ledger:
         self.trainer, self.pool, self.every, self.ttl_s = trainer, pool, int(every), float(ttl_s)
         self.pending: list[tuple[str, list[str], int]] = []
         self.last_commit = trainer.updates  # updates contained in the last committed checkpoint
+        self.version_metadata: dict[str, Any] = {}  # recorded on every version it publishes (the MLflow run id)
 
     # -- during the run ---------------------------------------------------------------------
     def due(self) -> bool:
@@ -64,7 +65,8 @@ class Ledger:
     def publish(self, save: bool = True, **metadata: Any) -> dict[str, float]:
         """Weights into the backend, version + 1, and that version (with ``metadata``) into the pool."""
         record, metrics = self.trainer.publish(save=save)
-        self.pool.add_policy_version(record.model_copy(update={"metadata": metadata}) if metadata else record)
+        meta = {**self.version_metadata, **metadata}
+        self.pool.add_policy_version(record.model_copy(update={"metadata": meta}) if meta else record)
         return metrics
 
     def renew(self) -> None:

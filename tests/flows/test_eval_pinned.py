@@ -214,6 +214,9 @@ def test_version_1_evaluated_while_version_3_trains(flow_config, tmp_path: Path)
     hist = mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "eval/reward")
     assert [(m.step, m.value) for m in hist] == [(1, pytest.approx(r.reward))]
     assert r.metadata["mlflow_run_id"] == run.info.run_id
+    # the version's record names the run that trained it, and the eval says so
+    assert r.metadata["training_run_id"] == train_run.info.run_id
+    assert run.data.tags["swarm.training_run_id"] == train_run.info.run_id
 
 
 def test_sigterm_ends_everything_and_records_nothing(tmp_path: Path) -> None:
