@@ -3,8 +3,8 @@
 - :class:`Lookup`: records read back one at a time or a page at a time; every role has it.
 - :class:`Recorder`: what the gateway, white-box agents and the judge write (episodes, steps,
   rewards, events, labels, heartbeats, agreements) and the reads recording needs.
-- :class:`Reader`: the curation view (counts, stats, labels, versions, exports) of the dashboard,
-  reports and analysis.
+- :class:`Reader`: the curation view (counts, stats, labels, versions, exports, lineage, eval results)
+  of the dashboard, reports and analysis.
 - :class:`LeaseBook`: what a trainer needs (lease, renew, settle, ack, release, quarantine labels,
   published versions, agreements to take).
 
@@ -94,6 +94,8 @@ class Reader(Lookup, Protocol):
     def export_parquet(self, filter: StepFilter | None, path: str | Path, with_tokens: bool = True) -> int: ...
     def eval_results(self, policy: str | None = None, version: int | None = None,
                      limit: int = 1000) -> list[EvalResult]: ...
+    def step_lineage(self, step_id: str) -> dict[str, Any]: ...
+    def version_lineage(self, policy: str, version: int, limit: int = 50, offset: int = 0) -> dict[str, Any]: ...
 
 
 @runtime_checkable
