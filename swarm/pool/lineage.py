@@ -26,11 +26,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from swarm.errors import NotFoundError
+from swarm.errors import NotFoundError, ValidationError
 from swarm.pool.checks import check_page
 from swarm.pool.engine import Database
 from swarm.pool.evals import EvalResult, eval_summary
 from swarm.pool.query import JOIN, REWARD, REWARD_FINAL, in_ids
+from swarm.pool.schema import INT32_MAX
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import eval_results as R
 from swarm.pool.schema import events as EV
@@ -149,6 +150,8 @@ class LineageMixin(Database):
         into it, what made it (counts of steps, episodes, groups, tasks, code versions, staleness; a page of
         ``limit`` steps from ``offset``), the steps it generated, and forward: its eval results."""
         check_page(limit, offset)
+        if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= INT32_MAX:
+            raise ValidationError(f"version: must be an integer in [0, {INT32_MAX}], got {version!r}")
         with self._tx() as c:
             record = _version_record(c, policy, version)
             parent = _version_record(c, policy, version - 1) if version > 0 else None

@@ -8,7 +8,7 @@ from pool_helpers import episode, step
 from swarm.errors import NotFoundError
 from swarm.pool import Pool, StepFilter
 from swarm.pool.evals import eval_summary, record_run_evals
-from swarm.records import Event, EpisodeType, PolicyVersion, now
+from swarm.records import EpisodeType, Event, PolicyVersion, now
 
 
 def _trained_group(pool: Pool) -> tuple[list[str], str]:
