@@ -7,7 +7,7 @@ from pool_helpers import episode, step
 
 from swarm.errors import NotFoundError
 from swarm.pool import Pool, StepFilter
-from swarm.pool.evals import eval_summary, record_run_evals
+from swarm.pool.evals import EvalResult, eval_summary, record_run_evals
 from swarm.records import EpisodeType, Event, PolicyVersion, now
 
 
@@ -107,15 +107,18 @@ def test_run_evals_are_attributed_to_the_version_that_played_them(pool: Pool):
     got = {(r.version, r.task): (r.episodes, r.reward, r.metrics) for r in rows}
     assert got == {(2, "wolves"): (2, 0.5, {"rounds": 3.0, "win": 0.5}), (3, "wolves"): (1, 0.5, {"rounds": 3.0, "win": 1.0})}
     assert all(r.source == "run" and r.metadata["mlflow_run_id"] == "r1" for r in rows)
-    stored = pool.eval_results("default", 2)
-    assert [(r.episodes, r.reward) for r in stored] == [(2, 0.5)]
-    # the next call starts where this one stopped: nothing is counted twice
-    upto = rows[0].metadata["upto"]
-    assert record_run_evals(pool, upto, policies=["default"]) == []
+    assert [(r.episodes, r.reward) for r in pool.eval_results("default", 2)] == [(2, 0.5)]
+    # recording again replaces the version's row: it always equals all the version's eval episodes
+    t = now()
     _eval_episode(pool, [2], win=1.0, reward=1.0)
-    assert [r.episodes for r in record_run_evals(pool, upto, policies=["default"])] == [1]
-    summary = eval_summary(pool.eval_results("default", 2))
-    assert summary == [{"policy": "default", "version": 2, "task": "wolves", "source": "run", "episodes": 3,
-                        "rows": 2, "reward": pytest.approx(2 / 3), "metrics": {"rounds": 3.0, "win": pytest.approx(2 / 3)}}]
+    again = record_run_evals(pool, t, policies=["default"], lag_s=0.0)
+    assert [(r.version, r.episodes) for r in again] == [(2, 3)]  # only version 2 played since
+    stored = pool.eval_results("default", 2)
+    assert [(r.episodes, r.reward, r.metrics["win"]) for r in stored] == [(3, pytest.approx(2 / 3), pytest.approx(2 / 3))]
+    assert [r.episodes for r in pool.eval_results("default", 3)] == [1]  # untouched, kept
+    pinned = EvalResult(policy="default", version=2, task="wolves", source="pinned", episodes=1, reward=0.0)
+    two = eval_summary([pinned, pinned.model_copy(update={"eval_id": "x", "episodes": 3, "reward": 1.0})])
+    assert two == [{"policy": "default", "version": 2, "task": "wolves", "source": "pinned", "episodes": 4, "rows": 2,
+                    "reward": 0.75, "metrics": {}}]  # several rows of one version: weighted by episodes
     assert pool.version_lineage("default", 3)["evals"]["summary"][0]["episodes"] == 1
-    assert record_run_evals(pool, since, policies=["frozen"], upto=upto)[0].version == 0
+    assert record_run_evals(pool, since, policies=["frozen"])[0].version == 0
