@@ -157,7 +157,9 @@ class LineageMixin(Database):
             parent = _version_record(c, policy, version - 1) if version > 0 else None
             candidates = c.execute(sa.select(LS).where(LS.c.consumed_version == version)
                                    .order_by(LS.c.created_at, LS.c.lease_id)).mappings().all()
-            made = [S.c.policy == policy, S.c.consumed_version == version]
+            # policy written so no index applies: the planner must walk ix_steps_lease over these leases,
+            # not ix_steps_policy_version over every step of the policy
+            made = [S.c.policy.concat("") == policy, S.c.consumed_version == version]
             if candidates:
                 made.append(in_ids(S.c.lease_id, [r["lease_id"] for r in candidates], self.dialect))
                 per_lease = dict(c.execute(sa.select(S.c.lease_id, sa.func.count()).where(*made)
