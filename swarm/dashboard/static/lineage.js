@@ -18,7 +18,9 @@ function openLineage(target) {
 const linKv = (pairs) => el("dl", { class: "kv" }, pairs.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
 const linNode = (name, title, ...kids) => el("div", { class: "panel lin-node", "data-node": name }, el("h2", {}, title), ...kids);
 const linArrow = () => el("div", { class: "foot", style: "text-align:center" }, "↓");
-const linJson = (obj) => el("pre", { class: "json" }, JSON.stringify(obj, null, 1));
+// a lease's filter without its unset keys (null, empty metadata): what the trainer actually asked for
+const linJson = (obj) => el("pre", { class: "json" }, JSON.stringify(Object.fromEntries(Object.entries(obj || {}).filter(([, v]) =>
+  v !== null && !(typeof v === "object" && !Array.isArray(v) && !Object.keys(v).length))), null, 1));
 const linVersionLink = (policy, version) => el("a", { href: "#lineage", "data-version": version,
   onclick: (e) => { e.preventDefault(); openLineage({ policy, version }); } }, `${policy} v${version}`);
 const linStepLink = (id) => el("a", { href: "#lineage", title: id, onclick: (e) => { e.preventDefault(); openLineage({ step: id }); } }, short(id));
