@@ -162,13 +162,11 @@ class LineageMixin(Database):
             made = [S.c.policy.concat("") == policy, S.c.consumed_version == version]
             if candidates:
                 made.append(in_ids(S.c.lease_id, [r["lease_id"] for r in candidates], self.dialect))
-                per_lease = dict(c.execute(sa.select(S.c.lease_id, sa.func.count()).where(*made)
-                                           .group_by(S.c.lease_id)).all())
+                data, per_lease = self._made_of(c, made, version)
             else:
-                per_lease = {}
-            leases = [{**dict(r), "steps_of_policy": int(per_lease[r["lease_id"]])}
+                data, per_lease = dict(_EMPTY_MADE), {}
+            leases = [{**dict(r), "steps_of_policy": per_lease[r["lease_id"]]}
                       for r in candidates if r["lease_id"] in per_lease]
-            data = self._made_of(c, made, version) if leases else dict(_EMPTY_MADE)
             page = ([dict(r) for r in c.execute(sa.select(*_STEP_COLS).select_from(JOIN).where(*made)
                                                 .order_by(S.c.created_at, S.c.step_id).limit(limit).offset(offset))
                      .mappings()] if leases else [])
@@ -189,24 +187,35 @@ class LineageMixin(Database):
             "evals": _evals_json(evals),
         }
 
-    def _made_of(self, c: sa.Connection, made: list[sa.ColumnElement], version: int) -> dict[str, Any]:
-        """Counts over the steps consumed into ``version`` (``made``: their conditions)."""
-        n, n_eps, n_groups, tokens = c.execute(
-            sa.select(sa.func.count(), sa.func.count(sa.distinct(S.c.episode_id)),
-                      sa.func.count(sa.distinct(sa.func.coalesce(S.c.group_id, S.c.step_id))),
-                      sa.func.sum(S.c.length)).where(*made)).one()
-        tasks = dict(c.execute(sa.select(S.c.task, sa.func.count()).where(*made).group_by(S.c.task)).all())
+    def _made_of(self, c: sa.Connection, made: list[sa.ColumnElement],
+                 version: int) -> tuple[dict[str, Any], dict[str, int]]:
+        """Counts over the steps consumed into ``version`` (``made``: their conditions), and steps per lease.
+
+        Three passes over those steps: one grouped by (lease, task, generating version), one for the
+        distinct episodes and groups, one joined to the episodes for their code versions."""
+        per_lease: Counter[str] = Counter()
+        tasks: Counter[str] = Counter()
         stale: Counter[int] = Counter()
-        for pv, k in c.execute(sa.select(S.c.policy_version, sa.func.count()).where(*made).group_by(S.c.policy_version)):
+        n = tokens = 0
+        cols = (S.c.lease_id, S.c.task, S.c.policy_version)
+        for lease_id, task, pv, k, length in c.execute(
+                sa.select(*cols, sa.func.count(), sa.func.sum(S.c.length)).where(*made).group_by(*cols)):
+            per_lease[lease_id] += int(k)
+            tasks[str(task)] += int(k)
             # staleness = the trainer's version when it leased the step (version - 1) - the step's version
             stale[max(0, version - 1 - int(pv))] += int(k)
+            n += int(k)
+            tokens += int(length or 0)
+        n_eps, n_groups = c.execute(
+            sa.select(sa.func.count(sa.distinct(S.c.episode_id)),
+                      sa.func.count(sa.distinct(sa.func.coalesce(S.c.group_id, S.c.step_id)))).where(*made)).one()
         cv = _code_version(self.dialect)
         codes = {("none" if k is None else str(k)): int(m) for k, m in c.execute(
             sa.select(cv, sa.func.count(sa.distinct(S.c.episode_id))).select_from(JOIN).where(*made).group_by(cv))}
-        return {"steps": int(n), "episodes": int(n_eps), "groups": int(n_groups), "tokens": int(tokens or 0),
-                "tasks": {str(k): int(v) for k, v in sorted(tasks.items())},
-                "code_versions": dict(sorted(codes.items())),
+        data = {"steps": n, "episodes": int(n_eps), "groups": int(n_groups), "tokens": tokens,
+                "tasks": dict(sorted(tasks.items())), "code_versions": dict(sorted(codes.items())),
                 "staleness": {str(k): v for k, v in sorted(stale.items())}}
+        return data, dict(per_lease)
 
 
 _EMPTY_MADE: dict[str, Any] = {"steps": 0, "episodes": 0, "groups": 0, "tokens": 0, "tasks": {},
