@@ -22,6 +22,7 @@ from flows import console, shutdown, tracking
 from flows.config import RunConfig, Tree, check_task, validate
 from flows.session import Session, make_trainers, open_session
 from swarm import loop, update
+from swarm.pool import evals
 from swarm.train import Ledger, distributed
 from swarm.update import run_update
 
@@ -86,6 +87,7 @@ def train_flow(cfg: RunConfig | Tree) -> console.RunSummary:
             if not row:
                 break
             row.update(loop.episode_metrics(s.pool, t_eval, policies=cfg.policies))  # win rate, accuracy, ...
+            evals.record_run_evals(s.pool, t_eval, cfg.policies, {"mlflow_run_id": s.run.info.run_id})  # per version
             t_eval = time.time()
             s.record(row)
             progress.advance(row)

@@ -24,6 +24,7 @@ from swarm.dashboard import mount_dashboard
 from swarm.gateway import (
     routes_episodes,
     routes_ingest,
+    routes_lineage,
     routes_messages,
     routes_openai,
     routes_pool,
@@ -138,7 +139,8 @@ def create_app(pool: Pool, backend: PolicyBackend, settings: GatewaySettings | N
         policies = st.backend.policies()
         return {"status": "ok", "policies": policies, "versions": {p: st.backend.version(p) for p in policies}}
 
-    for module in (routes_openai, routes_responses, routes_messages, routes_episodes, routes_ingest, routes_pool, sync):
+    for module in (routes_openai, routes_responses, routes_messages, routes_episodes, routes_ingest, routes_pool,
+                   routes_lineage, sync):
         app.include_router(module.router)
     mount_dashboard(app)
     return app

@@ -1,10 +1,11 @@
 """The data-lifecycle dashboard, served by the app (:mod:`swarm.app`) at ``/dashboard``.
 
-Five views over the pool: Collection (what is coming in), Representation (what a step really
+Six views over the pool: Collection (what is coming in), Representation (what a step really
 is: messages, exact tokens, logprobs), Curation (the :class:`~swarm.pool.StepFilter` of a running
 trainer's next lease, from its lease plan, before its batching strategy picks groups; labels and saved
 curations, with live counts and Parquet / chat-JSONL export), Prefix merging
-(what merging saves per batch, and the prefix tree) and Consumption (leases, acks, staleness, reward).
+(what merging saves per batch, and the prefix tree) Consumption (leases, acks, staleness, reward) and
+Lineage (a step's chain to the version it trained and that version's evals; a version's data).
 
 Everything ships in this package: one HTML page, a small vanilla-JS file and a stylesheet;
 charts are SVG rendered on the server. It imports no gateway module: credentials, errors

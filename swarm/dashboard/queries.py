@@ -21,6 +21,7 @@ import sqlalchemy as sa
 
 from swarm.pool import Database, StepFilter
 from swarm.pool.checks import chunks
+from swarm.pool.evals import one_version
 from swarm.pool.query import JOIN, REWARD, REWARD_FINAL, step_conditions
 from swarm.pool.rows import ORDERS
 from swarm.pool.schema import episodes as E
@@ -90,16 +91,12 @@ def version_rewards(pool: Database) -> list[dict[str, Any]]:
     own (a multi-agent game's seats are separate episodes); per-step rewards do not enter here.
     A grouped scan over every step (background snapshot only).
     """
-    per_ep = sa.select(S.c.episode_id, sa.func.min(S.c.policy).label("p0"), sa.func.max(S.c.policy).label("p1"),
-                       sa.func.min(S.c.policy_version).label("v0"),
-                       sa.func.max(S.c.policy_version).label("v1")).group_by(S.c.episode_id).subquery()
-    pure = sa.and_(per_ep.c.p0 == per_ep.c.p1, per_ep.c.v0 == per_ep.c.v1)
-    version = sa.case((pure, per_ep.c.v0), else_=None)
-    q = (sa.select(per_ep.c.p0, version, E.c.type, sa.func.count(), sa.func.sum(E.c.reward))
+    per_ep = one_version().subquery()  # the pool's attribution rule (run evals use it too)
+    q = (sa.select(per_ep.c.policy, per_ep.c.version, E.c.type, sa.func.count(), sa.func.sum(E.c.reward))
          .select_from(per_ep.join(E, E.c.episode_id == per_ep.c.episode_id))
          .where(E.c.status == EpisodeStatus.finished.value, E.c.reward_status == RewardStatus.final.value,
                 E.c.reward.is_not(None))
-         .group_by(per_ep.c.p0, version, E.c.type))
+         .group_by(per_ep.c.policy, per_ep.c.version, E.c.type))
     with read(pool) as c:
         return [{"policy": r[0], "version": None if r[1] is None else int(r[1]), "type": r[2],
                  "episodes": int(r[3]), "reward_sum": float(r[4] or 0.0)} for r in c.execute(q)]

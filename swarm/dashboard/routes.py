@@ -21,6 +21,7 @@ from starlette.background import BackgroundTask
 
 from swarm import loop
 from swarm.dashboard import queries, svg
+from swarm.dashboard.lineage import router as lineage_router
 from swarm.dashboard.merging import load_sequences, merge_summary, tree_view
 from swarm.dashboard.snapshot import Aggregates, MergeCache, RateCache
 from swarm.errors import NotFoundError
@@ -33,6 +34,7 @@ from swarm.web.state import Service, ServiceState, admin_caller, get_state, read
 __all__ = ["router", "DashboardState"]
 
 router = APIRouter(tags=["dashboard"], include_in_schema=True)
+router.include_router(lineage_router)  # the Lineage view's API (swarm.dashboard.lineage)
 _HERE = Path(__file__).parent
 _CONTROL = frozenset({"limit", "offset", "order", "exact", "cap", "window_s"})
 _MAX_TOKENS_SHOWN = 8000

@@ -4,7 +4,7 @@
 - :class:`Recorder`: what the gateway, white-box agents and the judge write (episodes, steps,
   rewards, events, labels, heartbeats, agreements) and the reads recording needs.
 - :class:`Reader`: the curation view (counts, stats, labels, versions, exports, the named curations it
-  saves, the trainers' lease plans) of the dashboard, reports and analysis.
+  saves, the trainers' lease plans, lineage, eval results) of the dashboard, reports and analysis.
 - :class:`LeaseBook`: what a trainer needs (lease, renew, settle, ack, release, quarantine labels,
   published versions, agreements to take, its published lease plan,
   feedback to train on and its uses).
@@ -103,6 +103,8 @@ class Reader(Lookup, Protocol):
     def eval_results(self, policy: str | None = None, version: int | None = None,
                      limit: int = 1000) -> list[EvalResult]: ...
     def feedback_uses(self, event_ids: list[str]) -> dict[str, list[int]]: ...
+    def step_lineage(self, step_id: str) -> dict[str, Any]: ...
+    def version_lineage(self, policy: str, version: int, limit: int = 50, offset: int = 0) -> dict[str, Any]: ...
 
 
 @runtime_checkable

@@ -38,6 +38,7 @@ from swarm.pool.feedback import FeedbackMixin
 from swarm.pool.filter import StepFilter
 from swarm.pool.heads import HeadsMixin
 from swarm.pool.lease import LeaseMixin
+from swarm.pool.lineage import LineageMixin
 from swarm.pool.query import JOIN, episode_conditions, step_conditions
 from swarm.pool.rewards import RewardsMixin
 from swarm.pool.rows import ORDERS, digest, read_episode, read_steps, to_episode
@@ -60,8 +61,7 @@ _TOUCH = E.update().where(E.c.episode_id.in_(_IDS)).values(updated_at=sa.bindpar
 
 
 class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, HeadsMixin, AgreementsMixin,
-           RewardsMixin, EvalsMixin, CurationsMixin,
-           FeedbackMixin):
+           RewardsMixin, EvalsMixin, CurationsMixin, FeedbackMixin, LineageMixin):
     """The data pool on SQLite (``sqlite:///file.db``) or PostgreSQL (``postgresql+psycopg://``).
 
     ``block_size`` is the token block length of the content-addressed store; steps written

@@ -208,7 +208,8 @@ async function showStep(stepId) {
     el("dt", {}, "prefix consistent"), el("dd", { id: "rep-prefix" }, pc === null ? "n/a" : pc ? badge("yes", "ok") : badge("no", "bad")),
     el("dt", {}, "finish reason"), el("dd", {}, d.finish_reason || "–"),
     el("dt", {}, "tokens"), el("dd", {}, `${d.prompt_ids.length} prompt + ${d.response_ids.length} response (trainable span highlighted)`),
-    el("dt", {}, "labels"), el("dd", {}, labels.length ? labels.map(([t, l]) => badge(`${t}: ${l.label}${l.exclude ? " (excluded)" : ""}`, l.exclude ? "excluded" : "")) : "none"));
+    el("dt", {}, "labels"), el("dd", {}, labels.length ? labels.map(([t, l]) => badge(`${t}: ${l.label}${l.exclude ? " (excluded)" : ""}`, l.exclude ? "excluded" : "")) : "none"),
+    el("dt", {}, "lineage"), el("dd", {}, el("button", { type: "button", id: "rep-lineage", onclick: () => openLineage({ step: d.step_id }) }, "trace: lease, update, version, evals →")));
   const lps = d.response_logprobs;
   const meanLp = lps && lps.length ? lps.reduce((a, b) => a + b, 0) / lps.length : null;
   setKids(panel,
@@ -378,7 +379,7 @@ async function loadConsumption() {
     { label: "one-version episodes", render: (r) => epText(r, (e) => fmt(e.episodes)), num: true, title: () => "finished episodes with a final reward whose steps all came from this version" },
     { label: "mean episode reward", render: (r) => epText(r, (e) => e.reward_mean.toFixed(3)), num: true },
     { label: "steps trained into it", key: "consumed_by_this_update", num: true }],
-  d.versions.slice().reverse()));
+  d.versions.slice().reverse(), { onclick: (r) => openLineage({ policy: r.policy, version: r.version }) })); // lineage.js
   put("con-recent", table([{ label: "lease", render: (r) => short(r.lease_id), title: (r) => r.lease_id },
     { label: "state", render: (r) => badge(r.state, r.state === "acked" ? "ok" : "") }, { label: "steps", key: "n_steps", num: true },
     { label: "→ version", key: "consumed_version", num: true }, { label: "when", render: (r) => ago(r.created_at) }], d.recent_leases));
