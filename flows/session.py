@@ -116,6 +116,9 @@ def _open_run(s: Session, out: Path) -> Any:
     previous = json.loads(f.read_text()).get("run_id") if s.cfg.train.resume and f.exists() else None
     run = tracking.open_run(s.cfg, continue_run_id=previous)
     tracking.log_curation(*s.curation)
+    if s.curation[1] is not None:
+        shown = s.curation[1].model_dump(exclude_defaults=True)
+        console.say(f"training on the curated set {s.curation[0] or 'train.filter'}: {shown}")
     f.write_text(json.dumps({"run_id": run.info.run_id}))
     for led in s.ledgers.values():  # each published version names the run that trained it (lineage, flows.eval)
         led.version_metadata["mlflow_run_id"] = run.info.run_id
