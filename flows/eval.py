@@ -32,6 +32,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from flows.cli import CONF, check_overrides, fail
 from flows.config import (
     ConfigError,
     EvalConfig,
@@ -40,16 +41,12 @@ from flows.config import (
     Model,
     check_pool_url,
     check_task,
-    section_keys,
-    unknown_key_hint,
     validate,
 )
 from swarm.errors import SwarmError
 
 __all__ = ["main", "cli_config", "EvalFailed", "Target", "resolve_target", "summarize", "run_eval", "Outcome",
            "summary_line"]
-
-CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 class EvalFailed(SwarmError, RuntimeError):
@@ -318,28 +315,6 @@ def cli_config(resolved: dict[str, Any]) -> EvalConfig:
     return c
 
 
-def _fail(message: str) -> None:
-    print(f"config error: {message}", file=sys.stderr, flush=True)
-    sys.exit(2)
-
-
-def _check_overrides(overrides: list[str]) -> None:
-    """A mistyped dotted key (``eval.vesion=1``) named with the close one, instead of Hydra's ``+key`` hint."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import ConfigCompositionException
-
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        try:
-            compose(config_name="eval", overrides=overrides)
-            return
-        except ConfigCompositionException as exc:
-            if not str(exc).startswith("Could not override"):
-                return  # Hydra's own message follows from hydra.main
-            key = str(exc).split("'")[1]
-    section, _, leaf = key.rpartition(".")
-    _fail(f"{key}: no such config key{unknown_key_hint(leaf, section_keys(key, EvalConfig), cutoff=0.6, section=section)}")
-
-
 @hydra.main(version_base=None, config_path=str(CONF), config_name="eval")
 def _hydra_main(cfg: DictConfig) -> None:
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -347,7 +322,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     try:
         c = cli_config(resolved)
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     from flows import shutdown  # the heavy imports (torch, MLflow) come after this
 
     stop = shutdown.STOP.install()  # Ctrl-C / SIGTERM: end the episodes, the gateway, the backend; exit 130 / 143
@@ -355,7 +330,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     try:
         out = run_eval(c, stop)
     except ConfigError as exc:  # the version or checkpoint cannot be evaluated (found out once the pool is open)
-        _fail(str(exc))
+        fail(str(exc))
     except SwarmError as exc:  # weights that do not fit model=, a gateway that cannot start, no finished episode
         print(f"eval failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         sys.exit(1)
@@ -376,7 +351,7 @@ def main() -> None:
         os.environ.setdefault(k, v)
     overrides = [a for a in sys.argv[1:] if not a.startswith("-") and "=" in a and not a.startswith("hydra.")]
     if any("." in o.split("=", 1)[0] and not o.startswith("+") for o in overrides):
-        _check_overrides(overrides)
+        check_overrides("eval", overrides, EvalConfig)
     _hydra_main()
 
 

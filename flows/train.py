@@ -18,17 +18,16 @@ import os
 import re
 import sys
 import warnings
-from pathlib import Path
 from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from flows.config import ConfigError, RunConfig, check_pool_url, check_task, section_keys, unknown_key_hint, validate
+from flows.cli import CONF, check_overrides, fail
+from flows.config import ConfigError, RunConfig, check_pool_url, check_task, validate
 
 __all__ = ["main", "cli_config"]  # train_flow, run_update, follow_flow: lazily from flows.run
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 _QUIET_ENV = {
     "PREFECT_LOGGING_LEVEL": "WARNING",  # flow/task-run lines, the temporary server's banner
     "PREFECT_SERVER_LOGGING_LEVEL": "WARNING",
@@ -49,30 +48,6 @@ def __getattr__(name: str) -> Any:
 
         return getattr(run, name)
     raise AttributeError(name)
-
-
-def _fail(message: str) -> None:
-    print(f"config error: {message}", file=sys.stderr, flush=True)
-    sys.exit(2)
-
-
-def _check_overrides(overrides: list[str]) -> None:
-    """Name a mistyped key with the close one from the config's types (Hydra alone suggests ``+key=...``)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import ConfigCompositionException
-
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        try:
-            compose(config_name="train", overrides=overrides)
-            return
-        except ConfigCompositionException as exc:
-            if not str(exc).startswith("Could not override"):
-                return  # Hydra's own message (missing group option, ...) follows from hydra.main
-            key = str(exc).split("'")[1]
-    section, _, leaf = key.rpartition(".")
-    value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == key), "...")
-    hint = unknown_key_hint(leaf, section_keys(key), cutoff=0.6, section=section)
-    _fail(f"{key}: no such config key{hint}; a new key is added with +{key}={value}")
 
 
 def _prepare_argv(argv: list[str]) -> tuple[list[str], bool]:
@@ -111,7 +86,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     try:
         run = cli_config(cfg, list(HydraConfig.get().overrides.task))
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     from flows import run as run_mod  # the heavy imports (Prefect, MLflow, torch) start here
     from flows import shutdown
 
@@ -135,7 +110,7 @@ def main() -> None:
     dotted = any("." in o.split("=", 1)[0] and not o.startswith("+") for o in overrides)
     if dotted and not any(a.startswith(("--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn"))
                           for a in sys.argv[1:]):
-        _check_overrides(overrides)
+        check_overrides("train", overrides, add_hint=True)
     _hydra_main()
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from flow_waits import wait_for
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from safetensors.torch import save_file
@@ -140,16 +141,6 @@ def test_same_version_same_seed_same_instances(tmp_path: Path) -> None:
 
 # -- during a training run ----------------------------------------------------------------------
 
-def _wait(cond: Any, timeout: float, what: str, flow: threading.Thread) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        assert flow.is_alive(), f"the flow ended while waiting for {what}"
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("prefect_harness")
@@ -165,9 +156,9 @@ def test_version_1_evaluated_while_version_3_trains(flow_config, tmp_path: Path)
     flow.start()
     pool = None
     try:
-        _wait(lambda: Path(url.removeprefix("sqlite:///")).exists(), 120, "the pool", flow)
+        wait_for(lambda: Path(url.removeprefix("sqlite:///")).exists(), 120, "the pool", flow)
         pool = Pool(url)
-        _wait(lambda: pool.latest_version("default") >= 2, 300, "version 2", flow)
+        wait_for(lambda: pool.latest_version("default") >= 2, 300, "version 2", flow)
         started = time.time()
         done = _cli("eval.version=1", f"pool.url={url}", f"mlflow.tracking_uri={mlruns}", "eval.groups=2",
                     "eval.group_size=4", "task.max_tokens=8", timeout=300)

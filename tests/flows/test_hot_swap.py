@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from flow_waits import health, wait_for
 
 from flows.shutdown import end_process
 from flows.train import train_flow
@@ -54,24 +54,6 @@ def _worker(root: Path, url: str) -> subprocess.Popen:
                             env=env, cwd=str(root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _wait(cond: Any, timeout: float, what: str, flow: threading.Thread) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        assert flow.is_alive(), f"the flow ended while waiting for {what}"
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _health(url: str) -> dict[str, Any] | None:
-    try:
-        return httpx.get(f"{url}/health", timeout=2).json()
-    except httpx.HTTPError:
-        return None
-
-
 def test_reward_code_swapped_mid_run(flow_config, tmp_path: Path) -> None:
     pkg = _copy_echo(tmp_path / "tasks")
     port = free_port()
@@ -85,24 +67,24 @@ def test_reward_code_swapped_mid_run(flow_config, tmp_path: Path) -> None:
     flow.start()
     procs: list[subprocess.Popen] = []
     try:
-        _wait(lambda: _health(url), 60, "the gateway", flow)
+        wait_for(lambda: health(url), 60, "the gateway", flow)
         old = _worker(tmp_path / "tasks", url)
         procs.append(old)
         seen: list[int | None] = []  # the gateway's policy version at each poll from the first update on
 
         def versions() -> int:
-            h = _health(url)
+            h = health(url)
             seen.append(None if h is None else h["versions"]["default"])
             return seen[-1] or 0
 
-        _wait(lambda: versions() >= 1, 90, "the first update", flow)
+        wait_for(lambda: versions() >= 1, 90, "the first update", flow)
         # the swap: new reward code, a new worker on it, the old worker stopped; the gateway keeps running
         reward = pkg / "reward.py"
         reward.write_text(reward.read_text().replace(OLD, NEW))
         swapped_at = time.time()
         new = _worker(tmp_path / "tasks", url)
         procs.append(new)
-        _wait(lambda: new.poll() is None and versions() >= 2, 90, "an update after the swap", flow)
+        wait_for(lambda: new.poll() is None and versions() >= 2, 90, "an update after the swap", flow)
         end_process(old, 15)
         versions()
         # the same gateway (same URL, same process: it lives in the flow's thread) answered every poll
