@@ -104,8 +104,10 @@ class LineageMixin(Database):
             ep = c.execute(sa.select(E).where(E.c.episode_id == step["episode_id"])).mappings().one()
             history = c.execute(sa.select(RW).where(RW.c.episode_id == ep["episode_id"])
                                 .order_by(RW.c.created_at, RW.c.reward_id).limit(_HISTORY_MAX)).mappings().all()
+            # feedback, late rewards, and the judge's verdicts (its score, the judge step that gave it, or why it failed)
             feedback = c.execute(sa.select(EV.c.record).where(EV.c.episode_id == ep["episode_id"],
-                                                              EV.c.kind.in_(["feedback", "reward"]))
+                                                              EV.c.kind.in_(["feedback", "reward"])
+                                                              | EV.c.record["name"].as_string().in_(["judge", "judge_failed"]))
                                  .order_by(EV.c.created_at, EV.c.event_id).limit(_HISTORY_MAX)).scalars().all()
             labels = c.execute(sa.select(L).where(L.c.target_id.in_([step_id, ep["episode_id"]]))
                                .order_by(L.c.created_at).limit(_HISTORY_MAX)).mappings().all()

@@ -59,6 +59,11 @@ def test_judge_calls_are_recorded_linked_and_never_trainable(judge_stack) -> Non
     assert ev.value == pytest.approx(0.7)
     assert ev.payload["judge_episode_id"] == jid and ev.payload["judge_step_id"] == steps[0].step_id
     assert ev.payload["score"] == 7 and ev.payload["cached"] is False
+    # lineage answers "why 0.7": the judge's verdict, linked to the judge step that gave it
+    lin = stack.pool.step_lineage(stack.pool.query_steps(StepFilter(episode_id=eps[1].episode_id), limit=1)[0].step_id)
+    [verdict] = [f for f in lin["episode"]["feedback"] if f["name"] == "judge"]
+    assert verdict["payload"]["judge_step_id"] == steps[0].step_id and verdict["value"] == pytest.approx(0.7)
+    assert [(r["source"], r["applied"]) for r in lin["episode"]["reward_history"]][-1] == ("judge", True)
 
 
 def test_junk_is_retried_then_accepted(judge_stack) -> None:

@@ -35,13 +35,25 @@ function evalTables(evals) {
   ];
 }
 
+// a judge verdict: score on its scale, the judge's recorded step (traceable), cached or not; a failure: its reason
+function judgeOrCorrection(r) {
+  const p = r.payload || {};
+  if (r.name === "judge_failed") return `judge failed: ${p.reason || "?"}`;
+  if (r.name !== "judge") return r.correction || "–";
+  const scale = Array.isArray(p.scale) ? ` of ${p.scale[0]}..${p.scale[1]}` : "";
+  return el("span", {}, `${p.judge_policy || "judge"} scored ${p.score}${scale}${p.cached ? " (cached)" : ""}`,
+    p.task_reward != null ? ` · task reward ${fmt(p.task_reward)}` : "", p.applied === false ? ` · not applied: ${p.reason}` : "",
+    p.judge_step_id ? el("span", {}, " · judge step ", linStepLink(p.judge_step_id)) : "");
+}
+
 function renderChain(d) {
   const s = d.step, e = d.episode, g = d.group, ls = d.lease, u = d.update;
   const rewardCols = [{ label: "when", render: (r) => ago(r.created_at) }, { label: "target", render: (r) => (r.step_id ? "step " + short(r.step_id) : "episode") },
     { label: "source", key: "source" }, { label: "value", key: "value", num: true }, { label: "final", render: (r) => (r.final ? "yes" : "no") },
     { label: "applied", render: (r) => (r.applied ? badge("applied", "ok") : badge("not applied", "bad")) }, { label: "why", key: "reason" }];
-  const fbCols = [{ label: "when", render: (r) => ago(r.created_at) }, { label: "kind", key: "kind" }, { label: "rating", key: "rating", num: true },
-    { label: "value", key: "value", num: true }, { label: "correction", render: (r) => r.correction || "–" }];
+  const fbCols = [{ label: "when", render: (r) => ago(r.created_at) }, { label: "kind", render: (r) => (r.kind === "event" ? r.name : r.kind) },
+    { label: "rating", key: "rating", num: true }, { label: "value", key: "value", num: true },
+    { label: "correction / judge", render: judgeOrCorrection }];
   return [
     linNode("step", "Step", linKv([["step", s.step_id], ["episode #", `${short(s.episode_id)} #${s.index}`], ["policy", `${s.policy} v${s.policy_version}`],
       ["source", s.source], ["response id", s.response_id || "–"], ["reward", el("span", {}, fmt(s.reward), " ", badge(s.reward_final ? "final" : "pending"))],
@@ -52,7 +64,7 @@ function renderChain(d) {
       ["metrics", Object.entries(e.metrics || {}).map(([k, v]) => `${k} ${fmt(v)}`).join(" · ") || "–"]]),
     el("h2", {}, "Reward history (who gave what; a lower authority never supersedes a higher one)"),
     table(rewardCols, e.reward_history, { empty: "no reward reports recorded (a reward set at the end of the episode or directly counts as the agent's)" }),
-    el("h2", {}, "Feedback"), table(fbCols, e.feedback, { empty: "no feedback" }),
+    el("h2", {}, "Feedback and judge"), table(fbCols, e.feedback, { empty: "no feedback or judge verdict" }),
     e.labels.length ? el("p", {}, e.labels.map((l) => badge(`${l.label}${l.exclude ? " (excluded)" : ""}`, l.exclude ? "excluded" : ""))) : null),
     linArrow(),
     linNode("group", `Group ${g.group_id || "(none: the episode alone)"}`,
