@@ -116,6 +116,7 @@ events = sa.Table(
     sa.Column("record", JSON, nullable=False),
     sa.Index("ix_events_episode", "episode_id"),
     sa.Index("ix_events_step", "step_id"),
+    sa.Index("ix_events_kind_created", "kind", "created_at"),  # the trainer's feedback reads, oldest first
 )
 
 labels = sa.Table(
