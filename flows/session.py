@@ -1,6 +1,8 @@
 """The training run's session: :func:`open_session` starts, on one :class:`contextlib.ExitStack`, the
 Ctrl-C / SIGTERM handlers (:mod:`flows.shutdown`), the pool, the policy backend, the trainers and ledgers
-(resumed), the gateway with the run's control (:mod:`swarm.control`), then, with ``train.wait_for_client``,
+(resumed) after claiming its policies in the pool (:mod:`swarm.pool.claims`: a second run training one of
+them on the same pool fails to start, naming the holder; the claim heartbeats until the session ends), the
+gateway with the run's control (:mod:`swarm.control`), then, with ``train.wait_for_client``,
 waits for a client's ``POST /v1/control/start`` (its overrides become the run's config; a stop or Ctrl-C
 while waiting ends everything, no MLflow run), the MLflow run and the workers; leaving it (success, Ctrl-C, SIGTERM, no batch
 in time, any error) undoes them in reverse, a clean stop first checkpointing every trainer (published
@@ -29,6 +31,7 @@ from swarm import loop
 from swarm.control import Control
 from swarm.errors import SwarmError
 from swarm.pool import LeaseBook, Reader, StepFilter, parse_ref
+from swarm.pool.claims import holder_id
 from swarm.train import Ledger, Trainer, distributed
 from swarm.train.base_model import policy_models
 
@@ -151,6 +154,38 @@ def _end_run(s: Session) -> None:
     tracking.mlflow.end_run(s.status)
 
 
+CLAIM_TTL_S = 30.0  # a run's policy claim lapses this long after its last heartbeat (every third of it)
+
+
+def _claim(pool: LeaseBook, policies: list[str], es: contextlib.ExitStack) -> str:
+    """Claim ``policies`` for this run, heartbeat them on a daemon thread, release them when ``es`` closes."""
+    holder = holder_id()
+    done = threading.Event()
+    claimed: list[str] = []
+
+    def release() -> None:
+        done.set()
+        for p in claimed:
+            pool.release_claim(p, holder)
+
+    es.callback(release)
+    for p in policies:
+        pool.claim_policy(p, holder, ttl_s=CLAIM_TTL_S)
+        claimed.append(p)
+
+    def beat() -> None:
+        while not done.wait(CLAIM_TTL_S / 3):
+            for p in claimed:
+                try:
+                    if not pool.heartbeat_claim(p, holder):
+                        console.say(f"[red]the claim on policy {p!r} lapsed and another run took it[/red]")
+                except Exception as exc:  # a busy database once must not end the heartbeat
+                    console.say(f"claim heartbeat failed (retrying): {exc}")
+
+    threading.Thread(target=beat, name="policy-claims", daemon=True).start()
+    return holder
+
+
 def _await_client(s: Session) -> bool:
     """``train.wait_for_client``: wait for ``POST /v1/control/start``; take its config. False: stopped first."""
     console.say(f"waiting for a client: POST {s.stack.url}/v1/control/start (python -m swarm.client.control "
@@ -195,6 +230,7 @@ def open_session(cfg: RunConfig, checkpoint: Callable[[Ledger, dict[str, str | N
         s.pool = _start("the pool", make_pool, cfg.pool)
         es.callback(s.pool.close)
         s.curation = _start(f"the curation {cfg.train.curation or '(train.filter)'}", resolve_curation, cfg, s.pool)
+        _start("the policy claim", _claim, s.pool, cfg.policies, es)
         s.backend = _start("the policy backend", make_gateway_backend, cfg)
         es.callback(getattr(s.backend, "close", lambda: None))
         s.ledgers = _start("the trainers", _ledgers, cfg, s.pool, s.backend)

@@ -1,5 +1,6 @@
 """Driving a waiting server from a client (#33): flows.train with train.wait_for_client=true is started, retuned,
-paused, resumed and stopped through /v1/control by the SDK; the run ends cleanly with its events in MLflow."""
+paused, resumed and stopped through /v1/control by the SDK; another claim on its policy is refused; the run ends
+cleanly with its events in MLflow."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ import pytest
 from flows.shutdown import end_process
 from flows.train import train_flow
 from swarm.client import ClientError, SwarmClient
+from swarm.errors import ConflictError
 from swarm.pool import Pool
+from swarm.pool.claims import holder_id
 from swarm.stack import free_port
 from swarm.train import load_latest_checkpoint
 
@@ -69,6 +72,12 @@ def test_client_starts_retunes_pauses_resumes_and_stops_a_waiting_run(flow_confi
         with pytest.raises(ClientError) as exc:
             client.start_run()
         assert exc.value.status_code == 409
+        other = Pool(cfg["pool"]["url"])  # a second process training the policy on this pool is refused
+        try:
+            with pytest.raises(ConflictError, match="two runs cannot train one policy"):
+                other.claim_policy("default", holder_id())
+        finally:
+            other.close()
         # the client runs the episodes itself (the server runs no workers: runner.processes=0)
         worker = subprocess.Popen([sys.executable, "-m", "swarm.client", "--server", url, "--task", "echo",
                                    "--workers", "4", "--group-size", "4", "--max-tokens", "8"],
@@ -101,6 +110,7 @@ def test_client_starts_retunes_pauses_resumes_and_stops_a_waiting_run(flow_confi
     pool = Pool(cfg["pool"]["url"])
     try:
         published = pool.latest_version("default")
+        assert pool.trainer_claims() == []  # released at the end
     finally:
         pool.close()
     ckpt = load_latest_checkpoint(out / "checkpoints" / "default")
