@@ -28,8 +28,8 @@ from swarm.errors import ConflictError, NotFoundError, ValidationError
 from swarm.pool.agreements import AgreementsMixin
 from swarm.pool.annotate import AnnotateMixin
 from swarm.pool.blocks import cut, pack_floats
-from swarm.pool.claims import ClaimsMixin
 from swarm.pool.checks import check_page, chunks, coerce, scrub_nul
+from swarm.pool.claims import ClaimsMixin
 from swarm.pool.curations import CurationsMixin
 from swarm.pool.engine import insert_ignore
 from swarm.pool.episodes import EpisodesMixin
