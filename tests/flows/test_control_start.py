@@ -42,3 +42,35 @@ def test_keys_that_need_a_restart_are_refused(check, key: str) -> None:
 def test_bad_overrides_name_the_key(check, overrides, match: str) -> None:
     with pytest.raises(ValidationError, match=match):
         check(overrides)
+
+
+def test_applied_changes_reach_the_settings_and_workers_and_are_logged_at_their_version(flow_config,
+                                                                                        tmp_path) -> None:
+    import json
+
+    import mlflow
+
+    from flows.control import apply_changes
+    from flows.run import update_settings
+    from flows.workers import worker_config
+    from swarm.control import Control
+
+    cfg = validate(flow_config())
+    control = Control(knobs_of(cfg))
+    control.retune({"strategy": "episodes", "min_episodes": 6, "max_staleness": None, "eval_every": 3,
+                    "updates": 7})
+    worker = worker_config("http://127.0.0.1:1", cfg.task, 2, 0)
+    lines: list[str] = []
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'ml.db'}")
+    experiment = mlflow.create_experiment("control", artifact_location=(tmp_path / "artifacts").as_uri())
+    with mlflow.start_run(experiment_id=experiment) as run:
+        settings = apply_changes(control.take_changes(), {}, update_settings(cfg), [worker], 4, control, lines)
+    assert (settings.strategy, settings.min_episodes, settings.max_staleness) == ("episodes", 6, None)
+    assert worker.eval_every == 3 and control.knobs["updates"] == 7
+    mc = mlflow.tracking.MlflowClient()
+    assert [(m.step, m.value) for m in mc.get_metric_history(run.info.run_id, "control/min_episodes")] == [(4, 6.0)]
+    assert mc.get_run(run.info.run_id).data.tags["control.strategy"] == "episodes"
+    events = [json.loads(line) for line in lines]
+    assert [(e["knob"], e["value"], e["version"]) for e in events] == [
+        ("strategy", "episodes", 4), ("min_episodes", 6, 4), ("max_staleness", None, 4), ("eval_every", 3, 4),
+        ("updates", 7, 4)]
