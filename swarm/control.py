@@ -128,12 +128,14 @@ class Control:
         self._queue: list[Change] = []
         self.applied: list[Change] = []
         self._stops: list[threading.Event] = []
+        self._held = False  # the loop is holding at a pause (no update under way)
 
     # -- what the routes call -------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        """The state, holder, policy version, updates done / total, knobs, queued and applied changes."""
+        """The state, ``held`` (paused and the loop is holding: no update under way), holder, policy version,
+        updates done / total, knobs, queued and applied changes."""
         with self._lock:
-            return {"state": self.state, "holder": self.holder, "policy_version": self.version,
+            return {"state": self.state, "held": self._held, "holder": self.holder, "policy_version": self.version,
                     "updates_done": self.updates_done, "updates_total": self.knobs["updates"],
                     "knobs": dict(self.knobs), "overrides": dict(self.overrides),
                     "pending": [asdict(c) for c in self._queue], "applied": [asdict(c) for c in self.applied]}
@@ -207,8 +209,10 @@ class Control:
     def hold_while_paused(self, stop: threading.Event, poll_s: float = 0.2) -> None:
         """Return once the run is not paused (or ``stop`` is set)."""
         with self._lock:
+            self._held = self.state == "paused"
             while self.state == "paused" and not stop.is_set():
                 self._lock.wait(poll_s)
+            self._held = False
 
     @property
     def paused(self) -> bool:

@@ -131,7 +131,7 @@ def test_pause_halts_the_wait_and_hold_returns_on_resume() -> None:
     done = threading.Event()
     t = threading.Thread(target=lambda: (c.hold_while_paused(stop), done.set()))
     t.start()
-    assert not done.wait(0.3)
+    assert not done.wait(0.3) and c.status()["held"]
     c.resume()
     assert done.wait(5) and not halt.is_set()
 

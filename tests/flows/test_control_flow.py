@@ -90,9 +90,9 @@ def test_client_starts_retunes_pauses_resumes_and_stops_a_waiting_run(flow_confi
         assert change["knob"] == "lr" and change["value"] == 0.01 and change["version"] >= 1
         v_retune = change["version"]
 
-        client.pause()
-        time.sleep(2.0)  # an update already training when the pause came completes
-        v_paused = client.control_status()["policy_version"]
+        client.pause()  # an update already training when the pause came completes, then the loop holds
+        v_paused = _wait(lambda: (st := client.control_status())["held"] and st["policy_version"], 60,
+                         "the loop holding", flow)
         time.sleep(3.0)
         st = client.control_status()
         assert st["state"] == "paused" and st["policy_version"] == v_paused, "an update ran while paused"
