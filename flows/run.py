@@ -97,7 +97,8 @@ def _loop(s: Session) -> None:
         flow_control.log_event(s.control_lines, event="start", version=s.version(), holder=ctl.holder,
                                overrides=ctl.overrides)
     ctl.progress(s.updates(), s.version())
-    with console.TrainProgress(max(cfg.train.updates - s.updates(), 0), s.pool) as progress:
+    done0 = s.updates()
+    with console.TrainProgress(max(cfg.train.updates - done0, 0), s.pool) as progress:
         t_eval = time.time()
         while s.updates() < ctl.knobs["updates"] and not s.stop.is_set():
             if ctl.paused:
@@ -108,6 +109,7 @@ def _loop(s: Session) -> None:
                 continue  # the knobs changed while paused apply before the next update
             settings = flow_control.apply_changes(ctl.take_changes(), s.ledgers, settings, s.workers, s.version(),
                                                   ctl, s.control_lines)
+            progress.progress.update(progress.task, total=max(ctl.knobs["updates"] - done0, 0))  # a retuned total
             row = _update_policies(s, settings, progress.on_poll)
             if not row:
                 if ctl.paused:
