@@ -156,11 +156,12 @@ def trainer_model_path(model: Model) -> str:
     return str(path)
 
 
-def start_gateway(pool: Pool, backend: PolicyBackend, gateway: GatewaySection) -> Stack:
+def start_gateway(pool: Pool, backend: PolicyBackend, gateway: GatewaySection, control: Any = None) -> Stack:
     """Serve ``pool`` + ``backend`` on ``gateway.host:port`` at ``gateway.log_level`` (flows.train and flows.serve);
-    with ``gateway.follow_versions_s`` the backend also loads the pool's newer policy versions (a second gateway)."""
+    with ``gateway.follow_versions_s`` the backend also loads the pool's newer policy versions (a second gateway);
+    ``control`` (flows.train's run control) serves ``/v1/control``."""
     stack = start_stack(pool, backend, gateway.settings(), host=gateway.host, port=gateway.port,
-                        log_level=gateway.log_level)
+                        log_level=gateway.log_level, control=control)
     if gateway.follow_versions_s > 0:
         from swarm.policy.fleet import VersionFollower
 

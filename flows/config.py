@@ -300,6 +300,7 @@ class TrainSection(_Section):
     # or an inline StepFilter block; either is combined with what training needs (swarm.loop.trainable_filter)
     curation: str | None = None
     filter: Tree | None = None  # StepFilter fields (checked below; the pool is imported only when one is set)
+    wait_for_client: bool = False  # wait, model loaded and gateway up, for POST /v1/control/start (swarm.control)
 
     @model_validator(mode="after")
     def _one_selection(self) -> TrainSection:

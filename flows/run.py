@@ -4,6 +4,10 @@ close. ``train.updates`` is a total: a resumed run continues from its last check
 update k") and the same MLflow run. Ctrl-C / SIGTERM finish the current update, checkpoint, end the
 MLflow run KILLED and exit 130 / 143 (:mod:`flows.shutdown`). The update's stages run as Prefect
 tasks (:data:`STAGES`) wrapping the plain ``swarm`` functions.
+
+Between updates the loop reads the run's control (:mod:`swarm.control`, ``/v1/control``): it holds while
+paused (a pause also ends a wait for a batch), applies queued knob changes (:mod:`flows.control`), and ends
+after a client's stop like after Ctrl-C (checkpoint; MLflow KILLED before ``train.updates``, else FINISHED).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from prefect.cache_policies import NONE
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import console, shutdown, tracking
+from flows import control as flow_control
 from flows.config import RunConfig, Tree, check_task, validate
 from flows.session import Session, make_trainers, open_session
 from swarm import loop, update
@@ -59,10 +64,11 @@ def update_settings(cfg: RunConfig) -> update.UpdateSettings:
 
 
 def _update_policies(s: Session, settings: update.UpdateSettings, on_poll: Any) -> dict[str, float]:
-    """One update of every policy in turn: their metrics as one row ({}: stopped while waiting)."""
+    """One update of every policy in turn: their metrics as one row ({}: stopped or paused while waiting)."""
     row: dict[str, float] = {}
+    halt = s.control.halt(s.stop)  # a pause ends the wait for a batch, as a stop does
     for policy, led in s.ledgers.items():
-        result = run_update(led, settings, s.stop, STAGES, on_poll, {"mlflow_run_id": s.run.info.run_id})
+        result = run_update(led, settings, halt, STAGES, on_poll, {"mlflow_run_id": s.run.info.run_id})
         if result is None:
             break
         m, steps = result
@@ -77,21 +83,48 @@ def train_flow(cfg: RunConfig | Tree) -> console.RunSummary:
     """The whole training run (see the module docstring); a plain dict is validated first."""
     cfg = cfg if isinstance(cfg, RunConfig) else validate(cfg)
     check_task(cfg.task, cfg.runner)  # before anything starts: a bad task option would fail every episode
-    settings = update_settings(cfg)
-    with (open_session(cfg, checkpoint=STAGES.checkpoint) as s,
-          console.TrainProgress(max(cfg.train.updates - s.updates(), 0), s.pool) as progress):
-        settings = dataclasses.replace(settings, curation=s.curation[0], curated=s.curation[1])
+    with open_session(cfg, checkpoint=STAGES.checkpoint) as s:
+        if s.run is not None:  # None: stopped while waiting for a client (train.wait_for_client)
+            _loop(s)
+    return console.summary(s.history, s.run.info.run_id if s.run else "", s.status, s.values)
+
+
+def _loop(s: Session) -> None:
+    """The updates of a started session, reading its control between them (see the module docstring)."""
+    cfg, ctl = s.cfg, s.control
+    settings = dataclasses.replace(update_settings(cfg), curation=s.curation[0], curated=s.curation[1])
+    if cfg.train.wait_for_client:
+        flow_control.log_event(s.control_lines, event="start", version=s.version(), holder=ctl.holder,
+                               overrides=ctl.overrides)
+    ctl.progress(s.updates(), s.version())
+    done0 = s.updates()
+    with console.TrainProgress(max(cfg.train.updates - done0, 0), s.pool) as progress:
         t_eval = time.time()
-        while s.updates() < cfg.train.updates and not s.stop.is_set():
+        while s.updates() < ctl.knobs["updates"] and not s.stop.is_set():
+            if ctl.paused:
+                flow_control.log_event(s.control_lines, event="pause", version=s.version())
+                ctl.hold_while_paused(s.stop)
+                if not s.stop.is_set():
+                    flow_control.log_event(s.control_lines, event="resume", version=s.version())
+                continue  # the knobs changed while paused apply before the next update
+            settings = flow_control.apply_changes(ctl.take_changes(), s.ledgers, settings, s.workers, s.version(),
+                                                  ctl, s.control_lines)
+            progress.progress.update(progress.task, total=max(ctl.knobs["updates"] - done0, 0))  # a retuned total
             row = _update_policies(s, settings, progress.on_poll)
             if not row:
+                if ctl.paused:
+                    continue
                 break
             row.update(loop.episode_metrics(s.pool, t_eval, policies=cfg.policies))  # win rate, accuracy, ...
             evals.record_run_evals(s.pool, t_eval, cfg.policies, {"mlflow_run_id": s.run.info.run_id})  # per version
             t_eval = time.time()
             s.record(row)
             progress.advance(row)
-    return console.summary(s.history, s.run.info.run_id, s.status, s.values)
+            ctl.progress(s.updates(), s.version())
+    if ctl.state == "stopping":
+        flow_control.log_event(s.control_lines, event="stop", version=s.version())
+        if s.updates() < ctl.knobs["updates"]:
+            s.status = "KILLED"  # stopped before its total, as Ctrl-C ends it
 
 
 # -- torchrun data parallel (docs/scale_out.md "Training on GPUs"): ranks > 0 run this, not the flow --

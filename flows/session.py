@@ -1,6 +1,10 @@
 """The training run's session: :func:`open_session` starts, on one :class:`contextlib.ExitStack`, the
 Ctrl-C / SIGTERM handlers (:mod:`flows.shutdown`), the pool, the policy backend, the trainers and ledgers
-(resumed), the gateway, the MLflow run and the workers; leaving it (success, Ctrl-C, SIGTERM, no batch
+(resumed) after claiming its policies in the pool (:mod:`swarm.pool.claims`: a second run training one of
+them on the same pool fails to start, naming the holder; the claim heartbeats until the session ends), the
+gateway with the run's control (:mod:`swarm.control`), then, with ``train.wait_for_client``,
+waits for a client's ``POST /v1/control/start`` (its overrides become the run's config; a stop or Ctrl-C
+while waiting ends everything, no MLflow run), the MLflow run and the workers; leaving it (success, Ctrl-C, SIGTERM, no batch
 in time, any error) undoes them in reverse, a clean stop first checkpointing every trainer (published
 version = checkpoint = MLflow step). A stage failing to start raises :class:`StartError` naming it
 ("starting the gateway failed: ..."). It neither trains (:mod:`swarm.update`) nor builds components.
@@ -19,12 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from flows import console, shutdown, tracking
+from flows import control as flow_control
 from flows.components import make_gateway_backend, make_pool, model_dtype, start_gateway, trainer_model_path
 from flows.config import RunConfig, make_train_config
 from flows.workers import start_workers
 from swarm import loop
+from swarm.control import Control
 from swarm.errors import SwarmError
 from swarm.pool import LeaseBook, Reader, StepFilter, parse_ref
+from swarm.pool.claims import holder_id
 from swarm.train import Ledger, Trainer, distributed
 from swarm.train.base_model import policy_models
 
@@ -52,6 +59,9 @@ class Session:
     values: dict[str, float] = field(default_factory=dict)
     t_start: float = field(default_factory=time.time)
     curation: tuple[str | None, StepFilter | None] = (None, None)  # (name@version, filter): what the lease takes
+    control: Control | None = None  # the run's control state (/v1/control on its gateway)
+    workers: list[Any] = field(default_factory=list)  # the server's thread workers' WorkerConfigs (eval_every)
+    control_lines: list[str] = field(default_factory=list)  # control_events.jsonl
 
     def updates(self) -> int:
         """Updates every trainer has done (the run's progress)."""
@@ -144,6 +154,52 @@ def _end_run(s: Session) -> None:
     tracking.mlflow.end_run(s.status)
 
 
+CLAIM_TTL_S = 30.0  # a run's policy claim lapses this long after its last heartbeat (every third of it)
+
+
+def _claim(pool: LeaseBook, policies: list[str], es: contextlib.ExitStack) -> str:
+    """Claim ``policies`` for this run, heartbeat them on a daemon thread, release them when ``es`` closes."""
+    holder = holder_id()
+    done = threading.Event()
+    claimed: list[str] = []
+
+    def release() -> None:
+        done.set()
+        for p in claimed:
+            pool.release_claim(p, holder)
+
+    es.callback(release)
+    for p in policies:
+        pool.claim_policy(p, holder, ttl_s=CLAIM_TTL_S)
+        claimed.append(p)
+
+    def beat() -> None:
+        while not done.wait(CLAIM_TTL_S / 3):
+            for p in claimed:
+                try:
+                    if not pool.heartbeat_claim(p, holder):
+                        console.say(f"[red]the claim on policy {p!r} lapsed and another run took it[/red]")
+                except Exception as exc:  # a busy database once must not end the heartbeat
+                    console.say(f"claim heartbeat failed (retrying): {exc}")
+
+    threading.Thread(target=beat, name="policy-claims", daemon=True).start()
+    return holder
+
+
+def _await_client(s: Session) -> bool:
+    """``train.wait_for_client``: wait for ``POST /v1/control/start``; take its config. False: stopped first."""
+    console.say(f"waiting for a client: POST {s.stack.url}/v1/control/start (python -m swarm.client.control "
+                f"--server {s.stack.url} start k=v ...); Ctrl-C ends")
+    started = s.control.wait_for_start(s.stop)
+    if started is None:
+        console.say("stopped while waiting for a client: nothing trained")
+        return False
+    s.cfg = started
+    s.curation = _start(f"the curation {started.train.curation or '(train.filter)'}", resolve_curation, started, s.pool)
+    flow_control.retrain_config(s.ledgers, started)
+    return True
+
+
 def _stop_workers(stop: threading.Event, futures: list[Any], procs: list[subprocess.Popen]) -> None:
     stop.set()
     for p in procs:
@@ -174,18 +230,28 @@ def open_session(cfg: RunConfig, checkpoint: Callable[[Ledger, dict[str, str | N
         s.pool = _start("the pool", make_pool, cfg.pool)
         es.callback(s.pool.close)
         s.curation = _start(f"the curation {cfg.train.curation or '(train.filter)'}", resolve_curation, cfg, s.pool)
+        _start("the policy claim", _claim, s.pool, cfg.policies, es)
         s.backend = _start("the policy backend", make_gateway_backend, cfg)
         es.callback(getattr(s.backend, "close", lambda: None))
         s.ledgers = _start("the trainers", _ledgers, cfg, s.pool, s.backend)
-        s.stack = _start("the gateway", start_gateway, s.pool, s.backend, cfg.gateway)
+        s.control = Control(flow_control.knobs_of(cfg), wait_for_client=cfg.train.wait_for_client,
+                            check_start=flow_control.start_checker(cfg))
+        s.control.bind(s.stop)
+        es.callback(s.control.finish)
+        s.stack = _start("the gateway", start_gateway, s.pool, s.backend, cfg.gateway, s.control)
         es.callback(s.stack.stop)
+        if cfg.train.wait_for_client and not _await_client(s):
+            s.status = "KILLED"
+            yield s
+            return
+        cfg = s.cfg
         s.run = _start("the MLflow run", _open_run, s, out)
         es.callback(_end_run, s)
         futures: list[Any] = []
         procs: list[subprocess.Popen] = []
         es.callback(_stop_workers, s.stop, futures, procs)
         futures += _start("the workers", start_workers, cfg.runner, s.stack.url, cfg.task, cfg.seed,
-                          cfg.batching.agree_every, s.stop, procs)
+                          cfg.batching.agree_every, s.stop, procs, s.workers)
         es.callback(_final_checkpoint, s, checkpoint)
         s.status = "FINISHED"
         try:

@@ -288,21 +288,26 @@ def start_ray_workers(runner: RayRunner, server: str, task_cfg: TaskSection, see
 
 
 def start_workers(runner: Runner, server: str, task_cfg: TaskSection, seed: int, agree_every: int,
-                  stop: threading.Event, procs: list[subprocess.Popen]) -> list[Any]:
+                  stop: threading.Event, procs: list[subprocess.Popen], configs: list[Any] | None = None) -> list[Any]:
     """Submit the client workers the ``runner`` config group asks for, and the judge when the task's reward
-    is ``judge``; returns their Prefect futures."""
-    clients = _client_workers(runner, server, task_cfg, seed, agree_every, stop, procs)
+    is ``judge``; returns their Prefect futures. ``configs`` receives the thread and process workers'
+    WorkerConfigs (run control changes their ``eval_every``)."""
+    clients = _client_workers(runner, server, task_cfg, seed, agree_every, stop, procs, configs)
     if task_cfg.reward is not None and task_cfg.reward.kind == "judge":
         clients.append(judge_worker.submit(task_cfg.reward, server, task_cfg.name, task_cfg.group_size, stop))
     return clients
 
 
 def _client_workers(runner: Runner, server: str, task_cfg: TaskSection, seed: int, agree_every: int,
-                    stop: threading.Event, procs: list[subprocess.Popen]) -> list[Any]:
+                    stop: threading.Event, procs: list[subprocess.Popen], configs: list[Any] | None) -> list[Any]:
+    configs = configs if configs is not None else []
     if isinstance(runner, ProcessRunner):
-        return [process_worker.submit(worker_config(server, task_cfg, runner.workers, None, agree_every=agree_every),
-                                      stop, procs) for _ in range(runner.processes)]
+        made = [worker_config(server, task_cfg, runner.workers, None, agree_every=agree_every)
+                for _ in range(runner.processes)]
+        configs += made
+        return [process_worker.submit(wc, stop, procs) for wc in made]
     if isinstance(runner, ThreadRunner):
-        return [thread_worker.submit(worker_config(server, task_cfg, runner.workers, seed * 1_000_000,
-                                                   agree_every=agree_every), stop)]
+        wc = worker_config(server, task_cfg, runner.workers, seed * 1_000_000, agree_every=agree_every)
+        configs.append(wc)
+        return [thread_worker.submit(wc, stop)]
     return [start_ray_workers(runner, server, task_cfg, seed, agree_every, stop)]

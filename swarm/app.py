@@ -20,8 +20,10 @@ from fastapi import Depends, FastAPI
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from swarm.control import Control
 from swarm.dashboard import mount_dashboard
 from swarm.gateway import (
+    routes_control,
     routes_episodes,
     routes_ingest,
     routes_lineage,
@@ -102,8 +104,10 @@ async def _sweep(state: GatewayState) -> None:
             log.warning("abandon sweep failed", exc_info=True)
 
 
-def create_app(pool: Pool, backend: PolicyBackend, settings: GatewaySettings | None = None) -> FastAPI:
-    """The app over ``pool`` and ``backend``: gateway routes, the dashboard, error handlers and middleware."""
+def create_app(pool: Pool, backend: PolicyBackend, settings: GatewaySettings | None = None,
+               control: Control | None = None) -> FastAPI:
+    """The app over ``pool`` and ``backend``: gateway routes, the dashboard, error handlers and middleware;
+    ``control`` (the training process's run control) enables ``/v1/control``."""
     settings = settings or GatewaySettings()
     state = GatewayState(pool, backend, settings)
 
@@ -127,6 +131,7 @@ def create_app(pool: Pool, backend: PolicyBackend, settings: GatewaySettings | N
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.gateway = state
+    app.state.control = control
     install_error_handlers(app)
     app.add_middleware(BodyLimit, default=settings.max_body_bytes, whitebox=settings.max_whitebox_body_bytes)
     if settings.open:  # no tokens: refuse foreign Host names (DNS rebinding); added last, so it runs first
@@ -140,7 +145,7 @@ def create_app(pool: Pool, backend: PolicyBackend, settings: GatewaySettings | N
         return {"status": "ok", "policies": policies, "versions": {p: st.backend.version(p) for p in policies}}
 
     for module in (routes_openai, routes_responses, routes_messages, routes_episodes, routes_ingest, routes_pool,
-                   routes_lineage, sync):
+                   routes_lineage, sync, routes_control):
         app.include_router(module.router)
     mount_dashboard(app)
     return app

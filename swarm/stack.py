@@ -98,13 +98,14 @@ class Stack:
 
 
 def start_stack(pool: Pool, backend: PolicyBackend, settings: Any = None, host: str = "127.0.0.1",
-                port: int = 0, log_level: str = "warning") -> Stack:
-    """Serve ``pool`` + ``backend`` through a real gateway on ``host:port`` (0: a free port), uvicorn at ``log_level``."""
+                port: int = 0, log_level: str = "warning", control: Any = None) -> Stack:
+    """Serve ``pool`` + ``backend`` through a real gateway on ``host:port`` (0: a free port), uvicorn at ``log_level``;
+    ``control`` (a :class:`~swarm.control.Control`) serves ``/v1/control``."""
     from swarm.app import GatewaySettings, create_app
 
     settings = settings or GatewaySettings.from_env()
     settings.check_bind(host)
-    app = create_app(pool, backend, settings)
+    app = create_app(pool, backend, settings, control=control)
     server = ServerThread(app, host=host, port=port, log_level=log_level, settings=settings).start()
     return Stack(pool, backend, server, extra={"app": app})
 

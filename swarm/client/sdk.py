@@ -6,7 +6,9 @@ OpenAI-compatible agent code, then end it with a reward.
         reply = ep.openai().chat.completions.create(model="default", messages=[...])
         ep.end(reward=1.0, correct=1)
 
-An exception inside the block aborts the episode and re-raises. Connection errors are retried
+An exception inside the block aborts the episode and re-raises. The run control methods
+(``control_status``, ``start_run``, ``pause``, ``resume``, ``retune``, ``stop_run``) drive the training run
+behind the gateway with the admin token (``admin_token``, default ``$SWARM_ADMIN_TOKEN``). Connection errors are retried
 with exponential backoff; HTTP errors are raised at once as :class:`ClientError` with the
 gateway's message. This module does not run tasks (see :mod:`swarm.client.worker`).
 """
@@ -14,6 +16,7 @@ gateway's message. This module does not run tasks (see :mod:`swarm.client.worker
 from __future__ import annotations
 
 import os
+import socket
 import time
 import uuid
 from types import TracebackType
@@ -51,9 +54,11 @@ class SwarmClient:
         backoff_s: float = 0.25,
         transport: httpx.BaseTransport | None = None,
         metadata: dict[str, Any] | None = None,
+        admin_token: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.token = token if token is not None else os.environ.get("SWARM_CLIENT_TOKEN")
+        self.admin_token = admin_token if admin_token is not None else os.environ.get("SWARM_ADMIN_TOKEN")
         self.retries = retries
         self.backoff_s = backoff_s
         self.metadata = dict(metadata or {})
@@ -104,6 +109,34 @@ class SwarmClient:
         """
         return self.request("POST", "/v1/sync/agree", json={"client_id": client_id},
                             key=key or (None if self.token else self.last_api_key))
+
+    # -- run control (/v1/control, docs/scale_out.md "Driving the server from a client") --
+    def control_status(self) -> dict[str, Any]:
+        """The run's state, holder, policy version, updates done / total and knobs."""
+        return self.request("GET", "/v1/control", key=self.admin_token)
+
+    def start_run(self, overrides: dict[str, Any] | None = None, holder: str | None = None,
+                  **knobs: Any) -> dict[str, Any]:
+        """Start a waiting run with config ``overrides`` (dotted keys) and knobs by short name (``lr=1e-3``)."""
+        body = {"overrides": {**(overrides or {}), **knobs},
+                "holder": holder or f"{socket.gethostname()}:{os.getpid()}"}
+        return self.request("POST", "/v1/control/start", json=body, key=self.admin_token)
+
+    def pause(self) -> dict[str, Any]:
+        """Hold the run before its next update."""
+        return self.request("POST", "/v1/control/pause", key=self.admin_token)
+
+    def resume(self) -> dict[str, Any]:
+        """Let a paused run go on."""
+        return self.request("POST", "/v1/control/resume", key=self.admin_token)
+
+    def retune(self, knobs: dict[str, Any] | None = None, **short: Any) -> dict[str, Any]:
+        """Change declared-safe knobs between updates (``lr``, ``strategy``, ``min_groups``, ...)."""
+        return self.request("POST", "/v1/control/retune", json={**(knobs or {}), **short}, key=self.admin_token)
+
+    def stop_run(self) -> dict[str, Any]:
+        """End the run cleanly (the current update, then the checkpoint)."""
+        return self.request("POST", "/v1/control/stop", key=self.admin_token)
 
     def begin(self, task: str, group_id: str | None = None, type: str = "train", client_id: str | None = None,
               timeout_s: float | None = None, metadata: dict[str, Any] | None = None) -> EpisodeHandle:

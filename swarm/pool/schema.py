@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
 __all__ = ["metadata", "episodes", "steps", "blocks", "events", "labels", "leases", "policy_versions",
-           "agreements", "rewards", "curations", "lease_plans", "feedback_uses", "eval_results", "ID_LEN", "NAME_LEN", "INT32_MAX"]
+           "agreements", "rewards", "curations", "lease_plans", "trainer_claims", "feedback_uses", "eval_results", "ID_LEN", "NAME_LEN", "INT32_MAX"]
 
 ID_LEN = 128  # ids (episode, step, group, client, lease, event, label)
 NAME_LEN = 256  # task, policy and label names
@@ -208,6 +208,18 @@ lease_plans = sa.Table(
     sa.Column("curation", sa.String(NAME_LEN)),  # "name@version" when the run trains on a saved curation
     sa.Column("version", sa.Integer, nullable=False),  # the trainer's version when it wrote the plan
     sa.Column("updated_at", sa.Double, nullable=False),
+)
+
+# per trained policy, the one process training it (swarm.pool.claims): two runs cannot train one policy on one
+# pool; the holder heartbeats, and a claim whose heartbeat is older than its ttl (or whose process died) is free
+trainer_claims = sa.Table(
+    "trainer_claims",
+    metadata,
+    sa.Column("policy", sa.String(NAME_LEN), primary_key=True),
+    sa.Column("holder", sa.String(NAME_LEN), nullable=False),  # host:pid:nonce of the training process
+    sa.Column("ttl_s", sa.Double, nullable=False),
+    sa.Column("claimed_at", sa.Double, nullable=False),
+    sa.Column("heartbeat_at", sa.Double, nullable=False),
 )
 
 # which update trained a feedback correction (swarm.pool.feedback): one row per (correction, version it went into)

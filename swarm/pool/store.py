@@ -29,6 +29,7 @@ from swarm.pool.agreements import AgreementsMixin
 from swarm.pool.annotate import AnnotateMixin
 from swarm.pool.blocks import cut, pack_floats
 from swarm.pool.checks import check_page, chunks, coerce, scrub_nul
+from swarm.pool.claims import ClaimsMixin
 from swarm.pool.curations import CurationsMixin
 from swarm.pool.engine import insert_ignore
 from swarm.pool.episodes import EpisodesMixin
@@ -61,7 +62,7 @@ _TOUCH = E.update().where(E.c.episode_id.in_(_IDS)).values(updated_at=sa.bindpar
 
 
 class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, HeadsMixin, AgreementsMixin,
-           RewardsMixin, EvalsMixin, CurationsMixin, FeedbackMixin, LineageMixin):
+           RewardsMixin, EvalsMixin, CurationsMixin, FeedbackMixin, LineageMixin, ClaimsMixin):
     """The data pool on SQLite (``sqlite:///file.db``) or PostgreSQL (``postgresql+psycopg://``).
 
     ``block_size`` is the token block length of the content-addressed store; steps written
