@@ -7,11 +7,12 @@ import math
 import pytest
 
 
-def test_gap_is_the_largest_pair_mean_of_absolute_differences(load_bench) -> None:
+def test_gap_is_the_largest_pair_mean_difference_of_moving_averages(load_bench) -> None:
     fb = load_bench("framework_bench")
     g = fb.gaps({"a": [0.1, 0.5, 0.3], "b": [0.2, 0.5, 0.1], "c": [0.1, 0.5, 0.3]})
-    assert g["gap"] == pytest.approx(0.1) and g["worst"] in {("a", "b"), ("b", "c")}
-    assert g["raw_max"] == pytest.approx(0.2)
+    # moving averages: a = c = [0.1, 0.3, 0.3], b = [0.2, 0.35, 0.2667] -> mean |diff| (0.1 + 0.05 + 0.0333) / 3
+    assert g["gap"] == pytest.approx(0.55 / 9) and g["worst"] in {("a", "b"), ("b", "c")}
+    assert g["raw_mean"] == pytest.approx(0.1) and g["raw_max"] == pytest.approx(0.2)
     assert fb.moving_average([1.0, 2.0, 3.0], k=2) == [1.0, 1.5, 2.5]
 
 
@@ -25,4 +26,4 @@ def test_two_loops_train_from_the_same_tokens(tmp_path, load_bench) -> None:
     assert common >= 1 and prompts == common, r["identical"]
     # seeded rows draw the same tokens whatever shares their batch; allow a rare float tie flipped by batch shape
     assert same >= max(1, common - 1), r["identical"]
-    assert math.isfinite(r["gap"]) and r["gap"] == max(p["mean"] for p in r["pairs"].values())
+    assert math.isfinite(r["gap"]) and r["gap"] == max(p["ma5"] for p in r["pairs"].values())
