@@ -274,6 +274,7 @@ class TaskSection(_Section):
     max_tokens: int = Field(ge=1)
     episode_timeout_s: float = Field(gt=0)
     eval_every: int = Field(default=0, ge=0)
+    seeded: bool = False  # each call carries a sampling seed of (instance seed, group member, call) (WorkerConfig.seeded)
     options: Tree = Field(default_factory=dict)  # the task's own schema (its Options) checks them
     reward: RewardSection | None = None  # None: the task's own reward
 
@@ -283,6 +284,8 @@ class TaskSection(_Section):
         out = handler(self)
         if out.get("reward", 0) is None:
             del out["reward"]
+        if out.get("seeded") is False:  # nor a ``seeded`` key unless set
+            del out["seeded"]
         return out
 
 

@@ -42,7 +42,7 @@ def worker_config(server: str, task: TaskSection, workers: int, seed: int | None
     return WorkerConfig(server=server, task=task.name, workers=workers, group_size=task.group_size, model=model,
                         temperature=task.temperature, max_tokens=task.max_tokens,
                         episode_timeout_s=task.episode_timeout_s, eval_every=task.eval_every, seed=seed,
-                        agree_every=agree_every, options=dict(task.options))
+                        agree_every=agree_every, options=dict(task.options), seeded=task.seeded)
 
 
 @task(name="client-workers", cache_policy=NONE)
@@ -59,6 +59,8 @@ def process_command(cfg: WorkerConfig) -> list[str]:
            "--agree-every", str(cfg.agree_every), "--options", json.dumps(cfg.options)]
     if cfg.seed is not None:
         cmd += ["--seed", str(cfg.seed)]
+    if cfg.seeded:
+        cmd.append("--seeded")
     return cmd
 
 

@@ -8,16 +8,35 @@ reward clearly within minutes: one short turn, a dense reward, 16 words.
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import BaseModel
+
+from experiments.echo.loops import LOOPS, require
 from experiments.echo.reward import echo_reward
-from swarm.client.task import AgentLLM
+from swarm.client.task import AgentLLM, task_options
 
-__all__ = ["WORDS", "VERBS", "make_instance", "run_episode", "echo_reward"]
+__all__ = ["WORDS", "VERBS", "Options", "configure", "make_instance", "run_episode", "echo_reward"]
 
 WORDS = ("apple", "river", "stone", "cloud", "tiger", "piano", "lemon", "candle",
          "garden", "rocket", "silver", "window", "forest", "button", "planet", "castle")
 VERBS = ("say", "repeat", "echo")
+
+
+class Options(BaseModel):
+    """``task.options``: ``loop``, the client stack that sends the turn (see :mod:`experiments.echo.loops`)."""
+
+    loop: Literal["openai", "langchain", "langgraph", "httpx"] = "openai"
+
+
+OPTIONS = Options()  # set by configure() once per worker
+
+
+def configure(**options: Any) -> None:
+    """Task options (``task.options.loop=httpx``), validated; the loop's framework is imported now (clear error)."""
+    global OPTIONS
+    OPTIONS = task_options(__name__, options)
+    require(OPTIONS.loop)
 
 
 def make_instance(seed: int) -> dict[str, Any]:
@@ -27,6 +46,6 @@ def make_instance(seed: int) -> dict[str, Any]:
 
 
 def run_episode(instance: dict[str, Any], llm: AgentLLM) -> dict[str, float]:
-    """One turn through the OpenAI SDK: ask, read the reply, score it."""
-    message = llm.chat([{"role": "user", "content": f"{instance['verb']} {instance['word']}"}])
-    return echo_reward(message.content, instance["word"])
+    """One turn through the configured loop (the OpenAI SDK by default): ask, read the reply, score it."""
+    reply = LOOPS[OPTIONS.loop]([{"role": "user", "content": f"{instance['verb']} {instance['word']}"}], llm)
+    return echo_reward(reply, instance["word"])

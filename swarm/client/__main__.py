@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--agree-every", type=int, default=0, help="ask for an update after every k groups (C4/C5)")
     p.add_argument("--max-groups", type=int, default=None, help="stop after this many groups")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seeded", action="store_true", help="each call carries a sampling seed of (instance seed, member, call)")
     p.add_argument("--token", default=None, help="client token (or SWARM_CLIENT_TOKEN)")
     p.add_argument("--options", default="{}", help="task options as JSON, e.g. '{\"trainable_side\": \"wolves\"}'")
     a = p.parse_args(argv)
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = WorkerConfig(server=a.server, task=a.task, workers=a.workers, group_size=a.group_size, model=a.model,
                        temperature=a.temperature, max_tokens=a.max_tokens, episode_timeout_s=a.episode_timeout,
                        eval_every=a.eval_every, agree_every=a.agree_every, max_groups=a.max_groups, seed=a.seed, token=a.token,
-                       options=json.loads(a.options))
+                       options=json.loads(a.options), seeded=a.seeded)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

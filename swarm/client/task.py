@@ -65,10 +65,16 @@ class AgentLLM:
         kwargs.setdefault("http_client", _shared_http())
         return openai.OpenAI(base_url=self.base_url, api_key=self.api_key, max_retries=0, **kwargs)
 
-    def chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
-        """One chat completion with this LLM's sampling defaults; returns the first choice's message."""
+    def sampling(self, **kwargs: Any) -> dict[str, Any]:
+        """The sampling parameters of this LLM's next call (``temperature``, ``max_tokens``, and ``seed`` when
+        the worker seeds calls), ``kwargs`` winning: agent code on another framework sends these to match ``chat``."""
         params: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
         params.update(kwargs)
+        return params
+
+    def chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+        """One chat completion with this LLM's sampling defaults; returns the first choice's message."""
+        params = self.sampling(**kwargs)
         resp = self.openai().chat.completions.create(model=self.model, messages=messages, **params)
         return resp.choices[0].message
 

@@ -55,16 +55,17 @@ class WorkerConfig:
 
 @dataclass
 class _SeededLLM(AgentLLM):
-    """An AgentLLM whose ``chat`` calls carry a seed: a hash of the episode's key and the call's index."""
+    """An AgentLLM whose calls carry a seed: a hash of the episode's key and the call's index (``chat``, and
+    agent code on other frameworks through ``sampling``)."""
 
     key: str = ""
     calls: int = 0
 
-    def chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+    def sampling(self, **kwargs: Any) -> dict[str, Any]:
         digest = hashlib.blake2b(f"{self.key}/{self.calls}".encode(), digest_size=8).digest()
         kwargs.setdefault("seed", int.from_bytes(digest, "big") & (2**63 - 1))
         self.calls += 1
-        return super().chat(messages, **kwargs)
+        return super().sampling(**kwargs)
 
 
 def _slots(cfg: WorkerConfig, stop: threading.Event) -> Iterator[tuple[int, str, str, int]]:
