@@ -16,7 +16,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--server", required=True, help="gateway URL, e.g. http://127.0.0.1:8420")
     p.add_argument("--task", required=True, help="task package name (experiments/<name>) or module path")
     p.add_argument("--workers", type=int, default=4, help="concurrent episodes")
-    p.add_argument("--group-size", type=int, default=4, help="episodes per prompt group")
+    p.add_argument("--group-size", type=int, default=8,
+                   help="episodes per prompt group: the run's task.group_size (default 8), else its groups never complete")
     p.add_argument("--model", default="default", help="policy name to request")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--max-tokens", type=int, default=32)

@@ -15,6 +15,7 @@ from typing import Any
 
 import mlflow
 import pytest
+from flow_waits import wait_for
 
 from flows.shutdown import end_process
 from flows.train import train_flow
@@ -28,17 +29,6 @@ from swarm.train import load_latest_checkpoint
 pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _wait(cond: Any, timeout: float, what: str, flow: threading.Thread) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        assert flow.is_alive(), f"the flow ended while waiting for {what}"
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _status(client: SwarmClient) -> dict[str, Any] | None:
@@ -60,7 +50,7 @@ def test_client_starts_retunes_pauses_resumes_and_stops_a_waiting_run(flow_confi
     worker: subprocess.Popen | None = None
     client = SwarmClient(url, retries=0)
     try:
-        st = _wait(lambda: _status(client), 60, "the waiting gateway", flow)
+        st = wait_for(lambda: _status(client), 60, "the waiting gateway", flow)
         assert st["state"] == "waiting" and st["holder"] is None
         assert not (out / "mlflow_run.json").exists()  # no MLflow run before a client starts one
         with pytest.raises(ClientError) as exc:  # a restart key is refused, the server keeps waiting
@@ -83,21 +73,21 @@ def test_client_starts_retunes_pauses_resumes_and_stops_a_waiting_run(flow_confi
                                    "--workers", "4", "--group-size", "4", "--max-tokens", "8"],
                                   cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO)},
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait(lambda: client.control_status()["policy_version"] >= 1, 90, "the first update", flow)
+        wait_for(lambda: client.control_status()["policy_version"] >= 1, 90, "the first update", flow)
         client.retune(lr=0.01)
-        applied = _wait(lambda: client.control_status()["applied"], 60, "the lr change applied", flow)
+        applied = wait_for(lambda: client.control_status()["applied"], 60, "the lr change applied", flow)
         (change,) = applied
         assert change["knob"] == "lr" and change["value"] == 0.01 and change["version"] >= 1
         v_retune = change["version"]
 
         client.pause()  # an update already training when the pause came completes, then the loop holds
-        v_paused = _wait(lambda: (st := client.control_status())["held"] and st["policy_version"], 60,
+        v_paused = wait_for(lambda: (st := client.control_status())["held"] and st["policy_version"], 60,
                          "the loop holding", flow)
         time.sleep(3.0)
         st = client.control_status()
         assert st["state"] == "paused" and st["policy_version"] == v_paused, "an update ran while paused"
         client.resume()
-        _wait(lambda: client.control_status()["policy_version"] > v_paused, 60, "an update after resume", flow)
+        wait_for(lambda: client.control_status()["policy_version"] > v_paused, 60, "an update after resume", flow)
         st = client.stop_run()
         assert st["state"] == "stopping"
         flow.join(90)
