@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -117,10 +118,15 @@ def identical(tokens: dict[str, dict[str, list[Any]]], base: str) -> dict[str, t
     return out
 
 
-def run(loops: list[str], updates: int, out_dir: Path, overrides: list[str], control: bool = False) -> dict[str, Any]:
-    """Train through each loop (and the control), then the curves, the identity of version-0 groups and the gaps."""
+def run(loops: list[str], updates: int, out_dir: Path, overrides: list[str], control: bool = False,
+        jobs: int = 1) -> dict[str, Any]:
+    """Train through each loop (and the control), ``jobs`` runs at a time (1: one after another, as measured),
+    then the curves, the identity of version-0 groups and the gaps."""
     names = [*loops, *(["openai#2"] if control else [])]
-    runs = {name: train(name.split("#")[0], updates, out_dir / name.replace("#", "_"), overrides) for name in names}
+    with ThreadPoolExecutor(max(1, jobs)) as ex:
+        futures = {name: ex.submit(train, name.split("#")[0], updates, out_dir / name.replace("#", "_"), overrides)
+                   for name in names}
+        runs = {name: f.result() for name, f in futures.items()}
     curves = {name: r["rewards"] for name, r in runs.items()}
     tokens = {name: version0_tokens(r["pool"]) for name, r in runs.items()}
     return {"runs": runs, "curves": curves, "identical": identical(tokens, names[0]),
