@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -318,15 +319,21 @@ async def export(body: ExportIn, caller: Caller = Depends(admin_caller),
                  state: ServiceState = Depends(Service)) -> FileResponse:
     """The steps matching ``filter`` as a Parquet file (with exact token ids and logprobs by default)."""
     f = parse_filter(_code_version(body.filter))
-    fd, path = tempfile.mkstemp(prefix="swarm-export-", suffix=".parquet")
+    return await _download(state, lambda path: state.pool.export_parquet(f, path, with_tokens=body.with_tokens),
+                           "swarm-steps-%Y%m%d-%H%M%S.parquet", "application/vnd.apache.parquet")
+
+
+async def _download(state: ServiceState, write: Callable[[str], int], name_format: str, media_type: str) -> FileResponse:
+    """``write(path)`` (returns the row count) into a temporary file, sent as a download named by
+    ``name_format`` with an ``X-Rows`` header; the file is removed once sent, or at once on failure."""
+    fd, path = tempfile.mkstemp(prefix="swarm-export-", suffix=os.path.splitext(name_format)[1])
     os.close(fd)
     try:
-        n = await state.db(state.pool.export_parquet, f, path, with_tokens=body.with_tokens)
+        n = await state.db(write, path)
     except BaseException:
         os.unlink(path)
         raise
-    name = time.strftime("swarm-steps-%Y%m%d-%H%M%S.parquet")
-    return FileResponse(path, media_type="application/vnd.apache.parquet", filename=name,
+    return FileResponse(path, media_type=media_type, filename=time.strftime(name_format),
                         headers={"X-Rows": str(n)}, background=BackgroundTask(os.unlink, path))
 
 
@@ -341,16 +348,8 @@ async def export_jsonl(body: ChatExportIn, caller: Caller = Depends(admin_caller
                        state: ServiceState = Depends(Service)) -> FileResponse:
     """The branches matching ``filter`` as chat-format JSONL for SFT (one row per branch; ``min_reward``)."""
     f = parse_filter(_code_version({k: v for k, v in body.filter.items() if v != ""}))
-    fd, path = tempfile.mkstemp(prefix="swarm-export-", suffix=".jsonl")
-    os.close(fd)
-    try:
-        n = await state.db(state.pool.export_chat_jsonl, f, path, min_reward=body.min_reward)
-    except BaseException:
-        os.unlink(path)
-        raise
-    name = time.strftime("swarm-chat-%Y%m%d-%H%M%S.jsonl")
-    return FileResponse(path, media_type="application/jsonl", filename=name, headers={"X-Rows": str(n)},
-                        background=BackgroundTask(os.unlink, path))
+    return await _download(state, lambda path: state.pool.export_chat_jsonl(f, path, min_reward=body.min_reward),
+                           "swarm-chat-%Y%m%d-%H%M%S.jsonl", "application/jsonl")
 
 
 # -------------------------------------------------------------------------------- prefix merging
