@@ -118,7 +118,10 @@ def _episode_rewards(steps: Sequence[Step]) -> dict[str, tuple[str, float]]:
 
 
 def batch_metrics(steps: Sequence[Step], version: int, prefix: str = "") -> dict[str, float]:
-    """Reward per episode (overall and per task), staleness and size of a leased batch."""
+    """Reward per episode (overall and per task), staleness and size of a leased batch.
+
+    The per-task mean is logged even when a batch holds one task, so a mixed run's (cocktail) curves
+    do not depend on which sub-tasks a small batch happened to draw."""
     eps = _episode_rewards(steps)
     rewards = [r for _, r in eps.values()]
     m: dict[str, float] = {
@@ -130,9 +133,8 @@ def batch_metrics(steps: Sequence[Step], version: int, prefix: str = "") -> dict
     by_task: dict[str, list[float]] = defaultdict(list)
     for task, r in eps.values():
         by_task[task].append(r)
-    if len(by_task) > 1 or prefix:
-        for task, rs in by_task.items():
-            m[f"{prefix}reward/{task}/mean"] = statistics.fmean(rs)
+    for task, rs in by_task.items():
+        m[f"{prefix}reward/{task}/mean"] = statistics.fmean(rs)
     return m
 
 
