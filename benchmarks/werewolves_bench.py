@@ -12,6 +12,11 @@ three phases:
    ``--minutes`` caps the wall time);
 3. eval again on the same seeds with the trained policy.
 
+Beside the games, the vote probe (``experiments/werewolves/probe.py``) reads the policy's probability
+of naming a wolf on the fixed vote decisions of 100 heuristic games, before and after training: what
+the vote shaping pays, computed rather than sampled, so it shows learning without the games' noise
+(and exactly 0 when the policy did not change).
+
 Printed: the baselines on the same seeds without any model (random-legal choices for the trained
 decisions, the rest by the rules; every vote for the lowest-numbered living player, the ceiling of
 agreeing without reading the prompt; and the all-heuristic side), the per-update training win
@@ -48,6 +53,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 EVAL_SEED_BASE = 900_000_000  # training seeds are seed * 1_000_000 + k (k < 1e6): disjoint
+PROBE_GAMES, PROBE_SEED_BASE = 100, 10_000  # the vote probe's heuristic games (benchmarks/werewolves_reading.py's test set)
 
 
 def compose(overrides: list[str], out_dir: str, task: str = "werewolves") -> dict[str, Any]:
@@ -116,6 +122,7 @@ def evaluate(url: str, pool: Any, task: dict[str, Any], games: int, workers: int
     return {"wins": {gid: per[gid]["win"] for gid in sorted(per)},
             "hits": {gid: per[gid]["vote_hits"] / per[gid]["votes"] if per[gid]["votes"] else 0.0 for gid in sorted(per)},
             "kills": {gid: per[gid]["vote_kills"] / per[gid]["votes"] if per[gid]["votes"] else 0.0 for gid in sorted(per)},
+            "games": {gid: tuple(sorted(per[gid].items())) for gid in per},  # what changes when the policy does
             "vote_accuracy": sum(g["vote_hits"] for g in per.values()) / votes if votes else 0.0,
             "vote_kill_rate": sum(g["vote_kills"] for g in per.values()) / votes if votes else 0.0,
             "win_rate": statistics.fmean(g["win"] for g in per.values()),
@@ -225,6 +232,11 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
     tc = make_train_config(run_cfg.algo, float(task["temperature"]), pad_id=int(backend.tokenizer.pad_token_id or 0))
     trainer = Trainer.from_pretrained(trainer_model_path(run_cfg.model), tc, policy=policy, backend=backend,
                                       out_dir=Path(out_dir))
+    from experiments.werewolves.probe import vote_items, wolf_shares
+
+    probe_items = vote_items(backend.tokenizer, PROBE_GAMES, PROBE_SEED_BASE)
+    pad = int(backend.tokenizer.pad_token_id or 0)
+    probe_before = wolf_shares(trainer.model, pad, probe_items)
     stack = start_gateway(pool, backend, run_cfg.gateway)
     curve: list[dict[str, float]] = []
     evals: list[tuple[float, float]] = []
@@ -283,6 +295,11 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
         stack.stop()
         backend.close()
         pool.close()
+    probe_after = wolf_shares(trainer.model, pad, probe_items)
+    pgain, plo, phi = paired_gain_ci(dict(enumerate(probe_before)), dict(enumerate(probe_after)))
+    log(f"vote probe ({len(probe_items)} fixed decisions): probability of naming a wolf "
+        f"{statistics.fmean(probe_before):.3f} -> {statistics.fmean(probe_after):.3f} "
+        f"(95% CI of the gain {plo:.2f}..{phi:.2f} points)")
     gain, lo, hi = paired_gain_ci(before["wins"], after["wins"])
     vgain, vlo, vhi = paired_gain_ci(before["hits"], after["hits"])
     kgain, klo, khi = paired_gain_ci(before["kills"], after["kills"])
@@ -297,7 +314,10 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
               "format_error_rate": (before["format_error_rate"] + after["format_error_rate"]) / 2,
               "vote_accuracy": [before["vote_accuracy"], after["vote_accuracy"]], "vote_gain": vgain,
               "vote_ci": [vlo, vhi], "vote_kill_rate": [before["vote_kill_rate"], after["vote_kill_rate"]],
-              "kill_gain": kgain, "kill_ci": [klo, khi], "baselines": base, "curve": curve, "overrides": overrides, "seed": cfg["seed"],
+              "kill_gain": kgain, "kill_ci": [klo, khi],
+              "probe_wolf_share": [statistics.fmean(probe_before), statistics.fmean(probe_after)], "probe_gain": pgain,
+              "probe_ci": [plo, phi],
+              "games_changed": sum(before["games"][g] != after["games"][g] for g in before["games"]), "baselines": base, "curve": curve, "overrides": overrides, "seed": cfg["seed"],
               "load_avg": os.getloadavg()}
     if png is not None:
         plot(png, curve, evals, base)

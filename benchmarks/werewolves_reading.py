@@ -28,38 +28,11 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from experiments.werewolves import Game, HeuristicPlayer, deal_roles  # noqa: E402
-from experiments.werewolves.game import WEREWOLF, Decision, side_of  # noqa: E402
-from experiments.werewolves.heuristic import seer_claims  # noqa: E402
-from experiments.werewolves.llm_player import COMPACT_SYSTEM  # noqa: E402
-from experiments.werewolves.observe import compact_observation  # noqa: E402
-
-
-def vote_decisions(games: int, base: int) -> list[tuple[Decision, list[str]]]:
-    """The village's vote decisions (with the game's roles) of ``games`` all-heuristic games."""
-    out: list[tuple[Decision, list[str]]] = []
-    for seed in range(base, base + games):
-        roles = deal_roles(seed)
-
-        class Recorder(HeuristicPlayer):
-            def act(self, d: Decision, roles: list[str] = roles) -> Any:
-                if d.kind == "vote":
-                    out.append((d, roles))
-                return super().act(d)
-
-        Game(roles, seed).play([Recorder(p, seed) if side_of(r) == "village" else HeuristicPlayer(p, seed)
-                                for p, r in enumerate(roles)])
-    return out
-
-
-def accused(d: Decision) -> int | None:
-    """The latest living player a seer claim accused, if any."""
-    names = [t for accused in seer_claims(d.events).values() for t in accused if t in d.targets]
-    return names[-1] if names else None
+from experiments.werewolves.game import WEREWOLF  # noqa: E402
+from experiments.werewolves.probe import accused, target_logprobs, vote_items  # noqa: E402
 
 
 def main() -> None:
@@ -87,28 +60,13 @@ def main() -> None:
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(path), LoraConfig(
         r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
 
-    def encode(d: Decision) -> tuple[list[int], list[int]]:
-        chat = [{"role": "system", "content": COMPACT_SYSTEM}, {"role": "user", "content": compact_observation(d)}]
-        # the answer as the gateway's constrained decoding writes it (compact separators): {"target":4}
-        text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) + '{"target":'
-        return tok.encode(text, add_special_tokens=False), [tok.encode(str(t), add_special_tokens=False)[0] for t in d.targets]
-
-    train = [(encode(d), d, roles) for d, roles in vote_decisions(300, 0)]
-    test = [(encode(d), d, roles) for d, roles in vote_decisions(100, 10_000)]
+    train = vote_items(tok, 300, 0)
+    test = vote_items(tok, 100, 10_000)
     if args.mode == "supervised":
         train = [x for x in train if accused(x[1]) is not None]
     print(f"{len(train)} training decisions, {len(test)} test decisions", flush=True)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
-
-    def target_logprobs(items: list[Any]) -> list[Any]:
-        width = max(len(ids) for (ids, _), _, _ in items)
-        batch = torch.full((len(items), width), tok.pad_token_id or 0)
-        mask = torch.zeros_like(batch)
-        for k, ((ids, _), _, _) in enumerate(items):  # left padding: the answer position is last
-            batch[k, width - len(ids):] = torch.tensor(ids)
-            mask[k, width - len(ids):] = 1
-        logits = model(input_ids=batch, attention_mask=mask).logits[:, -1]
-        return [torch.log_softmax(logits[k, cand], -1) for k, ((_, cand), _, _) in enumerate(items)]
+    pad = tok.pad_token_id or 0
 
     def test_shares() -> tuple[float, float, float, int]:
         """Mean probability of the test votes on a wolf, on the voter's own number (the ``you N`` line)
@@ -118,7 +76,7 @@ def main() -> None:
         with torch.no_grad():
             for j in range(0, len(test), 64):
                 items = test[j:j + 64]
-                for lp, (_, d, roles) in zip(target_logprobs(items), items, strict=True):
+                for lp, (_, d, roles) in zip(target_logprobs(model, pad, items), items, strict=True):
                     p = dict(zip(d.targets, lp.exp().tolist(), strict=True))
                     wolf += sum(v for t, v in p.items() if roles[t] == WEREWOLF)
                     own += p.get(d.player, 0.0)
@@ -135,7 +93,7 @@ def main() -> None:
           f"the accused player {acc:.2f} (of {n_acc} with one)", flush=True)
     for step in range(1, args.steps + 1):
         items = rng.sample(train, 64)
-        lps = target_logprobs(items)
+        lps = target_logprobs(model, pad, items)
         if args.mode == "supervised":
             loss = -sum(lp[list(d.targets).index(accused(d))] for lp, (_, d, _) in zip(lps, items, strict=True)) / 64
         else:

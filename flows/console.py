@@ -67,6 +67,10 @@ class TrainProgress:
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
+    def set_total(self, updates: int) -> None:
+        """A new number of updates for the bar (a client retuned ``updates`` mid-run: flows.control)."""
+        self.progress.update(self.task, total=max(updates, 0))
+
     def on_poll(self, decision: Any) -> None:
         """While a batch collects: what the strategy waits for, episodes done, recorded calls per second."""
         self.progress.update(self.task, info=f"{self.last}  collecting: {decision.reason}{self._activity()}")

@@ -109,7 +109,7 @@ def _loop(s: Session) -> None:
                 continue  # the knobs changed while paused apply before the next update
             settings = flow_control.apply_changes(ctl.take_changes(), s.ledgers, settings, s.workers, s.version(),
                                                   ctl, s.control_lines)
-            progress.progress.update(progress.task, total=max(ctl.knobs["updates"] - done0, 0))  # a retuned total
+            progress.set_total(ctl.knobs["updates"] - done0)  # a client may have retuned it
             row = _update_policies(s, settings, progress.on_poll)
             if not row:
                 if ctl.paused:
