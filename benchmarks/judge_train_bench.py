@@ -71,14 +71,15 @@ def exact_by_version(pool_url: str, task: str) -> tuple[dict[int, list[float]], 
         for ep in pool.query_episodes(flt, limit=1_000_000):
             if ep.episode_id not in version:
                 continue
-            hist = pool.reward_history(ep.episode_id)
+            hist = pool.reward_history(ep.episode_id)  # kept where a higher source may override (the judge's task)
             agent = [h["value"] for h in hist if h["source"] == "agent" and h.get("step_id") is None]
             judged = [h["value"] for h in hist if h["source"] == "judge" and h.get("applied")]
-            if not agent:
+            exact = agent[-1] if agent else ep.reward if not judged else None  # no history: the agent's reward applied
+            if exact is None:
                 continue
-            by_version.setdefault(version[ep.episode_id], []).append(float(agent[-1]))
+            by_version.setdefault(version[ep.episode_id], []).append(float(exact))
             if judged and ep.group_id:
-                groups.setdefault(ep.group_id, []).append((float(judged[-1]), float(agent[-1])))
+                groups.setdefault(ep.group_id, []).append((float(judged[-1]), float(exact)))
         rhos = [spearman([j for j, _ in g], [e for _, e in g]) for g in groups.values() if len(g) > 1]
         return by_version, rhos
     finally:

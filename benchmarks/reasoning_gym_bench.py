@@ -10,7 +10,8 @@ uses (pool, backend, gateway on 127.0.0.1, client workers, Trainer), in three ph
    times (``--minutes`` caps the wall time);
 3. eval again on the same held-out entries with the trained policy.
 
-Printed: the training reward per 10 updates, the eval mean score and exact rate before and after, the
+Printed: the training reward per 10 updates, the eval mean score and exact rate before and after, four
+held-out replies before and after, the
 95% CI of the score gain (paired by entry; one sampled reply per entry at the task's temperature, so
 the interval includes sampling noise), and the wall minutes. Extra arguments are Hydra overrides
 (``task.options.dataset=...``). The last line is ``reasoning_gym <generator>: held-out score <A> -> <B>
@@ -55,9 +56,12 @@ def evaluate(url: str, pool: Any, task: dict[str, Any], entries: int, workers: i
                                 max_groups=entries))
     if stats["failed"]:
         raise RuntimeError(f"{stats['failed']} eval episodes failed")
-    eps = pool.query_episodes(StepFilter(episode_type=EpisodeType.eval, since=t0), limit=1_000_000)
+    flt = StepFilter(episode_type=EpisodeType.eval, since=t0)
+    eps = pool.query_episodes(flt, limit=1_000_000)
+    replies = {s.episode_id: s.response_text or "" for s in pool.query_steps(flt, limit=1_000_000)}
     out = {str(ep.metadata["entry_seed"]): {"score": float(ep.reward or 0.0),
-                                           "exact": float(ep.metadata["metrics"]["exact"])} for ep in eps}
+                                           "exact": float(ep.metadata["metrics"]["exact"]),
+                                           "reply": replies.get(ep.episode_id, "")} for ep in eps}
     if len(out) != entries or any(ep.metadata["split"] != "eval" for ep in eps):
         raise RuntimeError(f"expected {entries} held-out episodes, found {len(out)}")
     return out
@@ -133,6 +137,7 @@ def run(updates: int, minutes: float | None, entries: int, workers: int, overrid
             "gain": gain, "ci": [lo, hi],
             "exact": [statistics.fmean(v["exact"] for v in before.values()),
                       statistics.fmean(after[k]["exact"] for k in before)],
+            "examples": [(before[k]["reply"], after[k]["reply"]) for k in sorted(before)[:4]],
             "train_first10": statistics.fmean(curve[:10]) if curve else 0.0,
             "train_last10": statistics.fmean(curve[-10:]) if curve else 0.0,
             "minutes": (time.time() - t_start) / 60}
@@ -146,6 +151,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=8, help="concurrent episodes")
     args, overrides = ap.parse_known_args()
     r = run(args.updates, args.minutes, args.eval_entries, args.workers, overrides)
+    for b, a in r["examples"]:
+        print(f"held-out reply before {b!r} -> after {a!r}")
     print(f"training reward: first 10 updates {r['train_first10']:.3f}, last 10 {r['train_last10']:.3f} "
           f"({r['updates']} updates)")
     print(f"reasoning_gym {r['dataset']}: held-out score {r['before']:.3f} -> {r['after']:.3f} ({r['entries']} entries, "

@@ -30,11 +30,11 @@ _PROGRESS = ("after_checkpoint", "after_settle")  # kills after a committed chec
 
 
 def train_process(tmp: Path, marker: str, *overrides: str, env: dict[str, str] | None = None,
-                  log: str = "train.log") -> subprocess.Popen:
+                  log: str = "train.log", cwd: Path = REPO) -> subprocess.Popen:
     """``python -m flows.train`` in its own process group (as a terminal runs it), output to ``tmp/log``.
 
     The run directory is ``tmp/run``, MLflow a SQLite store in ``tmp``; ``SWARM_CRASH_AT`` and
-    ``PREFECT_API_URL`` are not inherited (pass them in ``env``).
+    ``PREFECT_API_URL`` are not inherited (pass them in ``env``); ``cwd``: where it runs from.
     """
     out, uri = tmp / "run", f"sqlite:///{tmp / 'mlruns.db'}"
     full = {k: v for k, v in os.environ.items() if k not in ("SWARM_CRASH_AT", "PREFECT_API_URL")}
@@ -43,7 +43,7 @@ def train_process(tmp: Path, marker: str, *overrides: str, env: dict[str, str] |
     with (tmp / log).open("w") as f:
         return subprocess.Popen([sys.executable, "-m", "flows.train", f"train.out_dir={out}",
                                  f"mlflow.tracking_uri={uri}", "batching.min_groups=1", *overrides],
-                                cwd=REPO, env=full, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+                                cwd=cwd, env=full, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def boundary_plan(every_delay: bool = False) -> list[tuple[str | None, float]]:

@@ -1,10 +1,12 @@
 """Crash semantics of `python -m flows.train` as a real subprocess: Ctrl-C / SIGTERM stop within 10 s
-with exit 128+signal, no traceback and no process left, published = checkpoint = MLflow; a SIGKILL at
-every update boundary, restarted at once or after the lease TTL, never trains a step twice."""
+with exit 128+signal, no traceback and no process left, published = checkpoint = MLflow, nothing
+written outside the run folder and the MLflow store, and a quiet console; a SIGKILL at every update
+boundary, restarted at once or after the lease TTL, never trains a step twice."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 import uuid
@@ -54,7 +56,10 @@ def _mlflow_runs(tmp: Path) -> list:
 def test_signal_stops_cleanly_within_10s(tmp_path: Path, sig: signal.Signals) -> None:
     marker = uuid.uuid4().hex
     out = tmp_path / "run"
-    proc = train_process(tmp_path, marker, "train.updates=1000", "train.checkpoint_every=5")
+    cwd = tmp_path / "cwd"  # the run must write nothing here: everything goes to train.out_dir and the MLflow store
+    cwd.mkdir()
+    proc = train_process(tmp_path, marker, "train.updates=1000", "train.checkpoint_every=5", cwd=cwd,
+                         env={"COLUMNS": "200"})  # the console's lines unwrapped, as a wide terminal shows them
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
@@ -76,6 +81,17 @@ def test_signal_stops_cleanly_within_10s(tmp_path: Path, sig: signal.Signals) ->
     log = (tmp_path / "train.log").read_text()
     assert rc == 128 + sig and took < 10, (rc, took, log[-3000:])
     assert "Traceback" not in log, log[-5000:]
+    assert list(cwd.iterdir()) == [] and (out / ".hydra").is_dir() and (tmp_path / "mlartifacts").is_dir()
+    head = re.split(r"(?m)^updates\b", log, maxsplit=1)[0]  # what the terminal shows before the progress bar
+    from swarm.policy.shipped import manifest
+
+    (weights,) = [e["files"]["model.safetensors"] for e in manifest().values() if e["warmup"] == "word_chain"]
+    for line in ("gateway    http://127.0.0.1:", "dashboard  http://127.0.0.1:", f"run folder {out}",
+                 f"mlflow     sqlite:///{tmp_path / 'mlruns.db'}", "mlflow run 'echo ",
+                 f"(model.safetensors sha256 {weights[:16]})"):  # the shipped default model, checked
+        assert line in head, log[:3000]
+    for noise in ("prefect", "Warning", "Loading", "alembic", "Creating initial"):  # quiet by default
+        assert noise not in head, log[:3000]
     deadline = time.monotonic() + 10
     while _survivors(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
