@@ -12,8 +12,9 @@ uses (pool, backend, gateway on 127.0.0.1, client workers, Trainer), in three ph
 
 Printed: the training reward per 10 updates, the eval mean score and exact rate before and after, four
 held-out replies before and after, the
-95% CI of the score gain (paired by entry; one sampled reply per entry at the task's temperature, so
-the interval includes sampling noise), and the wall minutes. Extra arguments are Hydra overrides
+95% CI of the score gain (paired by entry; one sampled reply per entry at the task's temperature, with a
+sampling seed per entry, so the same weights give the same reply: before and after share their
+randomness, and a policy that did not change gains exactly 0), and the wall minutes. Extra arguments are Hydra overrides
 (``task.options.dataset=...``). The last line is ``reasoning_gym <generator>: held-out score <A> -> <B>
 (<n> entries, 95% CI of the gain <lo>..<hi>), exact <a>% -> <b>%, <m> min``.
 
@@ -53,7 +54,7 @@ def evaluate(url: str, pool: Any, task: dict[str, Any], entries: int, workers: i
 
     t0 = time.time() - 1.0
     stats = run_worker(worker_cfg(url, {**task, "group_size": 1}, EVAL_SEED, workers, TASK, eval_every=1,
-                                max_groups=entries))
+                                max_groups=entries, seeded=True))
     if stats["failed"]:
         raise RuntimeError(f"{stats['failed']} eval episodes failed")
     flt = StepFilter(episode_type=EpisodeType.eval, since=t0)

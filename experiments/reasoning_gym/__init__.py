@@ -20,6 +20,7 @@ from typing import Any
 from experiments.reasoning_gym.gym import PIP_HINT, SPLITS, GymOptions, generator_names, item, library, split_seed
 from experiments.reasoning_gym.reward import extract_answer, gym_reward
 from swarm.client.task import AgentLLM
+from swarm.client.worker import episode_llm
 
 __all__ = ["OPTIONS", "GymOptions", "PIP_HINT", "SPLITS", "check_options", "configure", "make_instance",
            "run_episode", "run_multiagent", "play", "gym_reward", "extract_answer", "generator_names", "item",
@@ -78,7 +79,8 @@ def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: An
     metadata = {"seed": seed, "split": split, "dataset": opts.dataset, "entry_seed": split_seed(opts, seed, split)}
     with client.episode(task=TASK, group_id=group_id, type=kind, client_id=cfg.client_id,
                         timeout_s=cfg.episode_timeout_s, metadata=metadata) as ep:
-        llm = AgentLLM(ep.base_url, ep.api_key, cfg.model, cfg.temperature, cfg.max_tokens)
+        # seeded (WorkerConfig.seeded, the bench's eval): the same weights give the same reply to an entry
+        llm = episode_llm(ep, cfg, f"{split}/{seed}")
         parts = play(entry, dataset, llm, opts)
         ep.end(reward=parts["reward"], **{k: v for k, v in parts.items() if k != "reward"})
     return parts

@@ -25,7 +25,7 @@ from typing import Any
 from swarm.client.sdk import ClientError, SwarmClient
 from swarm.client.task import AgentLLM, TaskPackage, load_task
 
-__all__ = ["WorkerConfig", "run_worker", "run_one_episode"]
+__all__ = ["WorkerConfig", "episode_llm", "run_worker", "run_one_episode"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,14 @@ def _slots(cfg: WorkerConfig, stop: threading.Event) -> Iterator[tuple[int, str,
         k += 1
 
 
+def episode_llm(ep: Any, cfg: WorkerConfig, key: str, model: str | None = None) -> AgentLLM:
+    """The agent's LLM for an open episode ``ep``: with ``cfg.seeded`` each call carries a sampling seed
+    from ``key`` and the call's index (a multi-agent task passes its own key, e.g. the instance seed and
+    split), so the same weights give the same replies; ``model``: the policy to call (``cfg.model``)."""
+    args = (ep.base_url, ep.api_key, model or cfg.model, cfg.temperature, cfg.max_tokens)
+    return _SeededLLM(*args, key=key) if getattr(cfg, "seeded", False) else AgentLLM(*args)
+
+
 def run_one_episode(client: SwarmClient, task: TaskPackage, cfg: WorkerConfig, seed: int, group_id: str,
                     kind: str = "train", member: int = 0) -> dict[str, float]:
     """Begin an episode, run the task's agent in it, end it with the reward; returns the reward parts
@@ -88,8 +96,7 @@ def run_one_episode(client: SwarmClient, task: TaskPackage, cfg: WorkerConfig, s
     assert task.run_episode is not None
     with client.episode(task=instance.get("task", task.name), group_id=group_id, type=kind, client_id=cfg.client_id,
                         timeout_s=cfg.episode_timeout_s, metadata={"seed": seed}) as ep:
-        llm = (_SeededLLM(ep.base_url, ep.api_key, cfg.model, cfg.temperature, cfg.max_tokens, key=f"{seed}/{member}")
-               if cfg.seeded else AgentLLM(ep.base_url, ep.api_key, cfg.model, cfg.temperature, cfg.max_tokens))
+        llm = episode_llm(ep, cfg, f"{seed}/{member}")
         parts = task.run_episode(instance, llm)
         reward = float(parts["reward"])
         ep.end(reward=reward, **{k: v for k, v in parts.items() if k != "reward"})

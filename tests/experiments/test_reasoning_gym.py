@@ -85,3 +85,19 @@ def test_run_episode_plays_the_training_split(tmp_path: Path, warm_tiny_model_pa
             parts = rg_task.run_episode(rg_task.make_instance(4), AgentLLM(ep.base_url, ep.api_key, max_tokens=8))
             ep.end(reward=parts["reward"])
         assert set(parts) >= {"reward", "score", "exact", "tagged", "answered"}
+
+
+def test_seeded_held_out_replies_replay_under_the_same_weights(tmp_path: Path, warm_tiny_model_path: Path) -> None:
+    """WorkerConfig.seeded (benchmarks/reasoning_gym_bench.py's eval): the same entries get the same replies at
+    temperature 1, so a before/after pair shares its randomness and an unchanged policy gains exactly 0."""
+    with tiny_gateway(tmp_path, warm_tiny_model_path) as (url, pool):
+        replies = []
+        for _ in range(2):
+            run_worker(WorkerConfig(server=url, task="reasoning_gym", workers=3, group_size=1, max_groups=6, seed=5,
+                                    eval_every=1, max_tokens=8, temperature=1.0, options=SPELL, seeded=True))
+            steps = pool.query_steps(StepFilter(task="reasoning_gym"), limit=100)
+            eps = {ep.episode_id: ep.metadata["entry_seed"] for ep in pool.query_episodes(StepFilter(), limit=100)}
+            replies.append(sorted((eps[s.episode_id], s.response_text) for s in steps))
+        first, both = replies[0], replies[1]
+        assert len(first) == 6 and sorted(set(both)) == first and len(both) == 12  # each entry twice, the same reply
+        assert len({r for _, r in first}) > 1  # sampled, not one fixed string
