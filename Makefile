@@ -27,13 +27,25 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# verifiers 0.4.0 pins openai<3, which the project's openai 3.x (and its agents extra) refuse: its adapter's
+# tests run in a venv layered on the project's (experiments/verifiers/README.md), which `make test` builds
+VF_VENV := .venv-verifiers
+VF_STAMP := $(VF_VENV)/.swarmpool-installed
+
+$(VF_STAMP): $(STAMP)
+	test -x $(VF_VENV)/bin/python || $(PY_SYS) -m venv $(VF_VENV)
+	$(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$$($(VF_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_swarmpool.pth"
+	$(VF_VENV)/bin/python -m pip install -q verifiers==0.4.0 2>&1 | grep -v "openai-agents\|dependency resolver\|is ignored" || true
+	$(VF_VENV)/bin/python -c 'import verifiers.v1'
+	touch $(VF_STAMP)
+
 run: setup
 	$(PY) -m flows.train
 
 serve: setup
 	$(PY) -m flows.serve
 
-test: setup
+test: setup $(VF_STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: setup
