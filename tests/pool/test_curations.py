@@ -115,9 +115,9 @@ def test_chat_jsonl_one_row_per_branch_and_min_reward(pool: Pool, tmp_path: Path
     assert pool.export_chat_jsonl(StepFilter(task="chat", max_length=0), out) == 0
 
 
-def test_export_cli_by_curation_and_filter(pool_url: str, tmp_path: Path) -> None:
-    if not pool_url.startswith("sqlite"):
-        pytest.skip("the CLI is exercised once, on SQLite")
+def test_export_cli_by_curation_and_filter(sqlite_url: str, tmp_path: Path) -> None:
+    """The CLI on SQLite (the pool queries under it run on both backends in the tests above)."""
+    pool_url = sqlite_url
     pool = Pool(pool_url)
     try:
         _chain(pool, 1.0, task="chat")
