@@ -229,13 +229,13 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
     pool = make_pool(run_cfg.pool)
     policy = cfg["policies"][0]
     backend = make_backend(run_cfg.model, [policy], run_cfg.algo.lora)
-    tc = make_train_config(run_cfg.algo, float(task["temperature"]), pad_id=int(backend.tokenizer.pad_token_id or 0))
+    pad = int(backend.tokenizer.pad_token_id or 0)
+    tc = make_train_config(run_cfg.algo, float(task["temperature"]), pad_id=pad)
     trainer = Trainer.from_pretrained(trainer_model_path(run_cfg.model), tc, policy=policy, backend=backend,
                                       out_dir=Path(out_dir))
     from experiments.werewolves.probe import vote_items, wolf_shares
 
     probe_items = vote_items(backend.tokenizer, PROBE_GAMES, PROBE_SEED_BASE)
-    pad = int(backend.tokenizer.pad_token_id or 0)
     probe_before = wolf_shares(trainer.model, pad, probe_items)
     stack = start_gateway(pool, backend, run_cfg.gateway)
     curve: list[dict[str, float]] = []
@@ -317,7 +317,8 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
               "kill_gain": kgain, "kill_ci": [klo, khi],
               "probe_wolf_share": [statistics.fmean(probe_before), statistics.fmean(probe_after)], "probe_gain": pgain,
               "probe_ci": [plo, phi],
-              "games_changed": sum(before["games"][g] != after["games"][g] for g in before["games"]), "baselines": base, "curve": curve, "overrides": overrides, "seed": cfg["seed"],
+              "games_changed": sum(before["games"][g] != after["games"][g] for g in before["games"]),
+              "baselines": base, "curve": curve, "overrides": overrides, "seed": cfg["seed"],
               "load_avg": os.getloadavg()}
     if png is not None:
         plot(png, curve, evals, base)
