@@ -15,16 +15,18 @@ and on the device (``run`` with ``carry: [".cache/gpu-wheels"]``)::
 
 Stages, on the random 153M Llama of ``benchmarks/gpu_check.py`` in bfloat16 with one LoRA r8 policy:
 
-1. ``recompute``: 64 sampled calls (mixed temperature / top-p / greedy) through the backend; each
-   reply's recorded logprobs against one forward pass over prompt + reply with the same model,
-   dtype and ``processed_logprobs``: the largest absolute error, apart for rows without and with
-   top-p (bf16 on CUDA; the CPU tests hold float32 to 1e-4).
+1. ``recompute``: 64 sampled calls (mixed temperature / top-p / greedy) through the backend, once
+   on the peft model and once on the merged-LoRA sampling copy; each reply's recorded logprobs
+   against one forward pass of the peft model (the trainer's) over prompt + reply, same dtype,
+   ``processed_logprobs``: the largest absolute error, apart for rows without and with top-p (bf16
+   on CUDA; the CPU tests hold float32 to 1e-4).
 2. ``seeds``: 16 seeded calls alone, then the same calls inside a batch of 128 with other
    parameters: the fraction of replies whose tokens are identical (bf16 batched matmuls may
    round differently with the batch shape, which can flip a near-tie).
-3. ``bench``: ``benchmarks/backend_bench.py --device cuda --model random153m --calls 8,64,256
-   --tokens 64 --dtype bfloat16 --cb`` (the backend, plain eager ``generate`` with the same LoRA,
-   and transformers' ``generate_batch``), side by side.
+3. ``bench``: ``benchmarks/generation_bench.py --device cuda --model random153m --calls 8,64,256
+   --tokens 64 --dtype bfloat16 --cb --static`` (the backend on the peft model and on the merged
+   copy, plain eager ``generate`` with the same LoRA, transformers' ``generate_batch``, and
+   compiled static-cache ``generate`` without LoRA), side by side.
 
 The last line is ``backend_gpu_check: recompute max err <x>, seeds <a>/<b> identical, <bench line>``.
 ``--cpu-smoke`` runs the same stages on the CPU with a small random model (float32) to check the script.
@@ -98,6 +100,19 @@ def seeds_identical(backend: object) -> tuple[int, int]:
     return same, len(mine)
 
 
+class _Tee(io.StringIO):
+    """A text buffer that also writes through to ``out``."""
+
+    def __init__(self, out: io.TextIOBase) -> None:
+        super().__init__()
+        self._out = out
+
+    def write(self, text: str) -> int:
+        self._out.write(text)
+        self._out.flush()
+        return super().write(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     smoke = "--cpu-smoke" in (sys.argv[1:] if argv is None else argv)
     if not smoke and not torch.cuda.is_available():
@@ -114,23 +129,27 @@ def main(argv: list[str] | None = None) -> int:
         backend = HFBackend(str(path), policies={"p": LoraSpec(rank=8)}, device=device, dtype=str(dtype).split(".")[-1],
                             max_batch_size=256, batch_wait_ms=50)
         try:
-            err, err_p = recompute_error(backend)
-            print(f"recompute: max |recorded - recomputed| logprob {err:.2e} without top-p, {err_p:.2e} with "
-                  f"({dtype}, {time.perf_counter() - t0:.0f}s)", flush=True)
+            errs = {}
+            for merge in (False, True):  # the recompute is the trainer's: the unmerged peft model
+                backend.merge_lora = merge
+                errs[merge] = recompute_error(backend)
+                print(f"recompute ({'merged LoRA copy' if merge else 'peft model'}): max |recorded - recomputed| "
+                      f"logprob {errs[merge][0]:.2e} without top-p, {errs[merge][1]:.2e} with "
+                      f"({dtype}, {time.perf_counter() - t0:.0f}s)", flush=True)
+            err, err_p = max(e[0] for e in errs.values()), max(e[1] for e in errs.values())
             same, total = seeds_identical(backend)
             print(f"seeds: {same}/{total} replies identical alone and in a mixed batch of 128", flush=True)
         finally:
             backend.close()
-    import backend_bench
+    import generation_bench
 
-    buf = io.StringIO()
+    buf = _Tee(sys.stdout)  # printed as it comes (a run cut by its timeout keeps its rows), and kept
     with redirect_stdout(buf):
         if smoke:
-            backend_bench.main(["--calls", "8,16", "--tokens", "8", "--reps", "1", "--cb"])
+            generation_bench.main(["--calls", "8,16", "--tokens", "8", "--reps", "1", "--cb"])
         else:
-            backend_bench.main(["--device", "cuda", "--model", "random153m", "--calls", "8,64,256", "--tokens", "64",
-                                "--dtype", "bfloat16", "--reps", "1", "--cb"])
-    print(buf.getvalue(), end="")
+            generation_bench.main(["--device", "cuda", "--model", "random153m", "--calls", "8,64,256", "--tokens", "64",
+                                   "--dtype", "bfloat16", "--reps", "1", "--cb", "--static"])
     last = buf.getvalue().strip().splitlines()[-1]
     print(f"backend_gpu_check: recompute max err {err:.2e} ({err_p:.2e} top-p), seeds {same}/{total} identical, {last} "
           f"({time.perf_counter() - t0:.0f}s)")

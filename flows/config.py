@@ -65,6 +65,7 @@ class HFModel(_Weights):
     torch_threads: int | None = None
     chat_template: str | None = None
     attn_implementation: str | None = None
+    merge_lora: bool | None = None  # decode a one-policy batch on a copy with its LoRA merged; None: on for CUDA
 
     @model_validator(mode="after")
     def _one_source(self) -> HFModel:

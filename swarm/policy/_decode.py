@@ -144,8 +144,8 @@ def _cache_of(out: Any) -> Any:
 
 
 @torch.inference_mode()
-def _prefill(model: Any, rows: list[Row], pad_id: int, device: torch.device,
-             extra: dict[str, Any]) -> tuple[Any, Any, torch.Tensor]:
+def _prefill(model: Any, extra: dict[str, Any], rows: list[Row], pad_id: int,
+             device: torch.device) -> tuple[Any, Any, torch.Tensor]:
     """One forward pass over the rows' left-padded prompts: (last-position logits, cache, attention mask)."""
     batch, width = len(rows), max(len(r.prompt_ids) for r in rows)
     input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
@@ -198,21 +198,22 @@ def decode_batch(
     on_finish: Callable[[Row], None],
     admit: Callable[[int], list[Row]] | None = None,
     max_rows: int | None = None,
-    weights: Callable[[list[Row]], dict[str, Any]] | None = None,
+    weights: Callable[[list[Row]], tuple[Any, dict[str, Any]]] | None = None,
 ) -> None:
     """Generate every row to completion, calling ``on_token`` per sampled token and ``on_finish`` per row.
 
     Continuous batching: a finished row leaves the batch at once; ``admit(free)`` is asked between
     steps for up to ``free`` new rows (``max_rows`` in all), which are prefilled and join the next step.
     ``weights(rows)`` is called before every forward over ``rows``: it selects their weights and
-    returns extra forward kwargs (peft's per-row ``adapter_names`` when policies mix).
+    returns the model to run and extra forward kwargs (a merged sampling copy for one policy, or
+    ``model`` with peft's per-row ``adapter_names`` when policies mix); the KV cache carries over.
     """
     max_rows = max_rows or len(rows)
-    weights = weights or (lambda _rows: {})
+    weights = weights or (lambda _rows: (model, {}))
     # transformers >= 5.2x renamed past_key_values to cache (the old name still works, with a warning)
     params = inspect.signature(model.get_base_model().forward if hasattr(model, "get_base_model") else model.forward)
     cache_kw = "cache" if "cache" in params.parameters else "past_key_values"
-    logits, past, mask = _prefill(model, rows, pad_id, device, weights(rows))
+    logits, past, mask = _prefill(*weights(rows), rows, pad_id, device)
     valid = [len(r.prompt_ids) for r in rows]  # KV positions each row attends to (its next position id)
     next_pos = torch.tensor(valid, device=device)
     sampler = _Sampler(rows, device)
@@ -239,15 +240,16 @@ def decode_batch(
                     mask = mask[:, unused:]
         if rows:
             mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=device)], dim=1)
-            out = model(input_ids=chosen.unsqueeze(1), attention_mask=mask, position_ids=next_pos.unsqueeze(1),
-                        use_cache=True, **{cache_kw: past}, **weights(rows))
+            step_model, extra = weights(rows)
+            out = step_model(input_ids=chosen.unsqueeze(1), attention_mask=mask, position_ids=next_pos.unsqueeze(1),
+                             use_cache=True, **{cache_kw: past}, **extra)
             logits, past = out.logits[:, -1, :], _cache_of(out)
             next_pos, valid = next_pos + 1, [v + 1 for v in valid]
         # an emptied batch ends here: the worker's next batch collects what waits (and other policies get a turn)
         room = admit is not None and 0 < len(rows) < max_rows and _batch_cache.mergeable(past)
         joined = admit(max_rows - len(rows)) if room else []
         if joined:
-            new_logits, new_past, new_mask = _prefill(model, joined, pad_id, device, weights(joined))
+            new_logits, new_past, new_mask = _prefill(*weights(joined), joined, pad_id, device)
             new_valid = [len(r.prompt_ids) for r in joined]
             mask = _batch_cache.merge(past, mask, new_past, new_mask)
             logits = torch.cat([logits, new_logits], dim=0)

@@ -19,6 +19,10 @@ Continuous batching: a request that arrives while a batch decodes joins it at th
 policy (rows of several policies run each with its own adapter: ``_mixed.py``), and a finished
 row leaves at once, so its caller gets the answer then and the batch stops computing it.
 
+``merge_lora`` (default: on for CUDA): a batch of one adapter policy runs a sampling copy with that
+policy's LoRA merged into the weights (``_merged.py``), one matmul per layer instead of peft's three;
+the peft model stays the reference and runs batches that mix policies.
+
 Not here: prefix caching, a paged KV cache, CUDA graphs, speculative decoding, tensor
 parallelism. Use the ``vllm`` backend for throughput.
 """
@@ -42,6 +46,7 @@ import torch
 from swarm.errors import BackendError, ConflictError, ContextLengthError, ValidationError
 from swarm.lora import LoraSpec
 from swarm.policy._decode import Row, decode_batch
+from swarm.policy._merged import MergedCopy
 from swarm.policy._mixed import StepWeights
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
 from swarm.policy.chat import LocalTokenizer
@@ -102,6 +107,7 @@ class HFBackend(LocalTokenizer, VersionTable):
         attn_implementation: str | None = None,
         torch_threads: int | None = None,
         tool_parser: str | None = None,
+        merge_lora: bool | None = None,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -130,6 +136,10 @@ class HFBackend(LocalTokenizer, VersionTable):
         self.model = attach_adapters(base, {self._adapter[p]: c for p, c in configs.items() if c is not None})
         self.model.eval()
         self.model.requires_grad_(False)
+        # settable at run time; the copy is built at the first batch that uses it
+        self.merge_lora = self.device.type == "cuda" if merge_lora is None else bool(merge_lora)
+        self._merged: MergedCopy | None = None
+        self._weights_epoch = 0  # bumped after every pause: the live weights may have changed
 
         self.pad_id = self._pad_id()
         self.eos_ids = self._eos_ids()
@@ -287,7 +297,10 @@ class HFBackend(LocalTokenizer, VersionTable):
             self._swaps_waiting += 1
         try:
             with self._lock:
-                yield
+                try:
+                    yield
+                finally:
+                    self._weights_epoch += 1  # a merged sampling copy is re-merged before its next use
         finally:
             with self._start_lock:
                 self._swaps_waiting -= 1
@@ -410,13 +423,22 @@ class HFBackend(LocalTokenizer, VersionTable):
             self.stats["rows"] += sum(len(j.rows) for j in joined)
             return [r for j in joined for r in j.rows]
 
-        weights = StepWeights(self._adapter_context, self._adapter_name, peft=self.model is not self.base_model)
+        merged = self._merged_model if self.merge_lora and self.model is not self.base_model else None
+        weights = StepWeights(self.model, self._adapter_context, self._adapter_name,
+                              peft=self.model is not self.base_model, merged=merged)
         try:
             decode_batch(self.model, self.tokenizer, rows, pad_id=self.pad_id, eos_ids=self.eos_ids, device=self.device,
                          on_token=on_token, on_finish=on_finish, admit=admit, max_rows=self.max_batch_size,
-                         weights=lambda batch: weights.kwargs([r.owner.request.policy for r in batch]))
+                         weights=lambda batch: weights.forward([r.owner.request.policy for r in batch]))
         finally:
             weights.close()
+
+    def _merged_model(self, policy: str) -> Any:
+        """The sampling copy with ``policy``'s current weights merged (re-merged after any pause)."""
+        if self._merged is None:
+            self._merged = MergedCopy(self.model)
+        adapter = self._adapter_name(policy)
+        return self._merged.model_for(adapter, (adapter, self._weights_epoch))
 
     def _adapter_name(self, policy: str) -> str | None:
         """``policy``'s peft adapter name; None when it runs on the base weights."""

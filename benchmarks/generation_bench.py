@@ -2,26 +2,31 @@
 
 For each concurrency ``c`` in ``--calls``, ``c`` chat calls (prompts of different lengths) go to
 the ``hf`` backend at once (one batch, ``asyncio.gather``), then the same ``c`` prompts go to
-``model.generate`` as one left-padded batch of the very same peft model object. Both sample
+``model.generate`` as one left-padded batch of the very same peft model object. The backend runs
+twice: ``hf`` on the peft model (the eager reference, ``merge_lora=False``) and ``hf merged`` on its
+sampling copy with the LoRA merged into the weights (``merge_lora=True``, ``swarm/policy/_merged.py``;
+the default on CUDA). Both sample
 (temperature 1, no top-p / top-k) exactly ``--tokens`` new tokens per call: the end-of-turn
 token is disabled on both sides (the backend's ``eos_ids`` emptied, ``min_new_tokens`` for
 ``generate``), so both do the same work. ``--mixed``: call *i* asks ``(1 + i % 4) / 4`` of
 ``--tokens``; ``generate`` runs its batch to the longest ask and only the asked tokens count, while
 the backend's rows leave the batch as they finish (continuous batching). The backend also computes the exact logprob of every
 sampled token; plain ``generate`` returns none. ``--cb`` adds transformers' continuous batching
-(``generate_batch``, its defaults, ``return_logprobs``) on the base model. Each cell is the best
-of ``--reps`` timed runs after one warm-up.
+(``generate_batch``, its defaults, ``return_logprobs``) on the base model. ``--static`` adds plain
+``generate`` on the base model without LoRA with ``cache_implementation="static"`` (torch.compile and,
+on CUDA, CUDA graphs): the chip's reference speed for this model (slow to compile on a CPU). Each
+cell is the best of ``--reps`` timed runs after one warm-up.
 
 Models: ``tiny`` (the locally built default), ``smollm2`` (SmolLM2-135M-Instruct from its
 packaged GGUF, ``conf/model/smollm2.yaml``), ``random153m`` (the random Llama of
 ``benchmarks/gpu_check.py``), or a folder.
 
-    .venv/bin/python benchmarks/backend_bench.py --threads 1                     # CPU, tiny
-    .venv/bin/python benchmarks/backend_bench.py --model smollm2 --calls 8,32 --tokens 16
-    python benchmarks/backend_bench.py --device cuda --model random153m --calls 8,64,256 --tokens 64 --dtype bfloat16
+    .venv/bin/python benchmarks/generation_bench.py --threads 1                     # CPU, tiny
+    .venv/bin/python benchmarks/generation_bench.py --model smollm2 --calls 8,32 --tokens 16
+    python benchmarks/generation_bench.py --device cuda --model random153m --calls 8,64,256 --tokens 64 --dtype bfloat16
 
-The last line is ``backend: hf/generate = <ratio> at <n> calls`` for the largest concurrency
-(the other ratios follow in parentheses).
+The last line is ``generation: hf/generate = <ratio> at <n> calls (...); merged/generate = ...``
+for the largest concurrency (the other concurrencies follow in parentheses).
 """
 
 from __future__ import annotations
@@ -120,6 +125,22 @@ def run_generate(backend: Any, policy: str, ids: list[list[int]], asked: list[in
     return sum(asked)
 
 
+def run_static(backend: Any, ids: list[list[int]], asked: list[int]) -> int:
+    """Plain ``generate`` on the base weights (no LoRA) with a static KV cache, compiled: the reference speed."""
+    tokens = max(asked)
+    width = max(len(x) for x in ids)
+    inp = torch.full((len(ids), width), backend.pad_id, dtype=torch.long)
+    mask = torch.zeros_like(inp)
+    for b, x in enumerate(ids):
+        inp[b, width - len(x):] = torch.tensor(x)
+        mask[b, width - len(x):] = 1
+    with torch.inference_mode():
+        backend.base_model.generate(input_ids=inp.to(backend.device), attention_mask=mask.to(backend.device),
+                                    do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=tokens,
+                                    min_new_tokens=tokens, pad_token_id=backend.pad_id, cache_implementation="static")
+    return sum(asked)
+
+
 def run_cb(backend: Any, ids: list[list[int]], asked: list[int]) -> int:
     """transformers' ``generate_batch`` (continuous batching, paged cache), asked tokens counted as for ``generate``."""
     from transformers import GenerationConfig
@@ -143,9 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wait-ms", type=float, default=5, help="the backend's batch_wait_ms (its default: 5)")
     ap.add_argument("--mixed", action="store_true", help="calls ask 1/4, 2/4, 3/4 or all of --tokens")
     ap.add_argument("--cb", action="store_true", help="also time transformers' generate_batch (continuous batching)")
+    ap.add_argument("--static", action="store_true", help="also time compiled static-cache generate without LoRA")
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA GPU: backend_bench skipped")
+        print("no CUDA GPU: generation_bench skipped")
         return 0
     torch.set_num_threads(args.threads)
     from swarm.policy.hf import HFBackend
@@ -156,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         policy = "p"
         policies = {policy: LoraSpec(rank=args.lora_r) if args.lora_r else None}
         backend = HFBackend(path, policies=policies, device=args.device, dtype=args.dtype, max_batch_size=max(calls),
-                            batch_wait_ms=args.wait_ms, lora=LoraSpec(rank=args.lora_r) if args.lora_r else None)
+                            batch_wait_ms=args.wait_ms, lora=LoraSpec(rank=args.lora_r) if args.lora_r else None,
+                            merge_lora=False)
         backend.eos_ids = set()  # fixed-length replies on both sides: the same work per call
         params = sum(p.numel() for p in backend.base_model.parameters())
         cores = os.cpu_count()
@@ -164,30 +187,40 @@ def main(argv: list[str] | None = None) -> int:
         print(f"model {args.model} ({params / 1e6:.1f} M params, vocab {backend.vocab_size(policy)}), {args.device} "
               f"{args.dtype}, LoRA r{args.lora_r}, {'mixed 1/4..all of ' if args.mixed else ''}{args.tokens} tokens/call, torch threads {args.threads}, "
               f"{cores} cores, load {load:.2f}", flush=True)
-        head = "| calls | hf tok/s | generate tok/s | hf/generate |" + (" generate_batch tok/s |" if args.cb else "")
+        head = ("| calls | hf tok/s | hf merged tok/s | generate tok/s | hf/generate | merged/generate |"
+                + (" generate_batch tok/s |" if args.cb else "") + (" static generate, no LoRA, tok/s |" if args.static else ""))
         print(head + "\n|" + "---:|" * (head.count("|") - 1), flush=True)
         ratios = []
         try:
             for c in calls:
                 msgs, asked = prompts(c), lengths(c, args.tokens, args.mixed)
                 ids = [backend.prompt_ids(_req(policy, m)) for m in msgs]
-                n_hf, t_hf = best(lambda m=msgs, x=ids, a=asked: run_backend(backend, policy, m, x, a), args.reps)
+                speed = {}
+                for merge in (False, True):
+                    backend.merge_lora = merge
+                    n, t = best(lambda m=msgs, x=ids, a=asked: run_backend(backend, policy, m, x, a), args.reps)
+                    speed[merge] = n / t
                 n_gen, t_gen = best(lambda x=ids, a=asked: run_generate(backend, policy, x, a), args.reps)
-                hf, gen = n_hf / t_hf, n_gen / t_gen
-                ratios.append((c, hf / gen))
-                line = f"| {c} | {hf:,.0f} | {gen:,.0f} | {hf / gen:.2f} |"
+                hf, merged, gen = speed[False], speed[True], n_gen / t_gen
+                ratios.append((c, hf / gen, merged / gen))
+                line = f"| {c} | {hf:,.0f} | {merged:,.0f} | {gen:,.0f} | {hf / gen:.2f} | {merged / gen:.2f} |"
                 if args.cb:
                     try:
                         n_cb, t_cb = best(lambda x=ids, a=asked: run_cb(backend, x, a), 1)
                         line += f" {n_cb / t_cb:,.0f} |"
                     except Exception as e:  # report what the library refused, keep the other columns
                         line += f" n/a ({type(e).__name__}: {str(e)[:60]}) |"
+                if args.static:
+                    n_st, t_st = best(lambda x=ids, a=asked: run_static(backend, x, a), args.reps)
+                    line += f" {n_st / t_st:,.0f} |"
                 print(line, flush=True)
         finally:
             backend.close()
-    c, r = ratios[-1]
-    rest = ", ".join(f"{x:.2f} at {n}" for n, x in ratios[:-1])
-    print(f"backend: hf/generate = {r:.2f} at {c} calls" + (f" ({rest})" if rest else ""))
+    c, r, rm = ratios[-1]
+    rest = ", ".join(f"{x:.2f} at {n}" for n, x, _ in ratios[:-1])
+    rest_m = ", ".join(f"{x:.2f} at {n}" for n, _, x in ratios[:-1])
+    print(f"generation: hf/generate = {r:.2f} at {c} calls" + (f" ({rest})" if rest else "")
+          + f"; merged/generate = {rm:.2f}" + (f" ({rest_m})" if rest_m else ""))
     return 0
 
 
