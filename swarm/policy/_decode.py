@@ -32,7 +32,7 @@ from swarm.policy import _batch_cache
 from swarm.policy.base import SamplingParams
 from swarm.policy.sampling import BatchParams, batch_logprobs, sample, uniforms_at
 
-__all__ = ["Row", "decode_batch"]
+__all__ = ["Row", "Sampler", "cache_kwarg", "decode_batch", "prefill", "record_step"]
 
 
 @dataclass
@@ -97,7 +97,7 @@ def _unpack(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
     return ((bitmask.unsqueeze(-1) >> shifts) & 1).reshape(bitmask.shape[0], -1)[:, :vocab].bool()
 
 
-class _Sampler:
+class Sampler:
     """A batch's sampling state on the device: parameters, random numbers and the grammar bitmask."""
 
     def __init__(self, rows: list[Row], device: torch.device) -> None:
@@ -138,13 +138,19 @@ class _Sampler:
         return ids, torch.cat(parts, dim=-1).cpu().tolist()
 
 
+def cache_kwarg(model: Any) -> str:
+    """The forward's name for the KV cache: transformers >= 5.2x renamed ``past_key_values`` to ``cache``."""
+    params = inspect.signature(model.get_base_model().forward if hasattr(model, "get_base_model") else model.forward)
+    return "cache" if "cache" in params.parameters else "past_key_values"
+
+
 def _cache_of(out: Any) -> Any:
     cache = getattr(out, "cache", None)
     return cache if cache is not None else out.past_key_values
 
 
 @torch.inference_mode()
-def _prefill(model: Any, extra: dict[str, Any], rows: list[Row], pad_id: int,
+def prefill(model: Any, extra: dict[str, Any], rows: list[Row], pad_id: int,
              device: torch.device) -> tuple[Any, Any, torch.Tensor]:
     """One forward pass over the rows' left-padded prompts: (last-position logits, cache, attention mask)."""
     batch, width = len(rows), max(len(r.prompt_ids) for r in rows)
@@ -185,6 +191,19 @@ def _finish_token(r: Row, tok: int, lp: float, result: list[float], top_k: int, 
     return delta
 
 
+def record_step(rows: list[Row], results: list[list[float]], top_k: int, tokenizer: Any, eos_ids: set[int],
+                on_token: Callable[[Row, int, float, str], None], on_finish: Callable[[Row], None]) -> None:
+    """Record one step's sampled token on every live row (``results[b]`` from :meth:`Sampler.step`)."""
+    for b, r in enumerate(rows):
+        if r.done:  # cancelled by its caller
+            continue
+        tok, lp = int(results[b][0]), results[b][1]
+        delta = _finish_token(r, tok, lp, results[b], top_k, tokenizer, eos_ids)
+        on_token(r, tok, lp, delta)
+        if r.finish_reason is not None:
+            on_finish(r)
+
+
 @torch.inference_mode()
 def decode_batch(
     model: Any,
@@ -210,23 +229,14 @@ def decode_batch(
     """
     max_rows = max_rows or len(rows)
     weights = weights or (lambda _rows: (model, {}))
-    # transformers >= 5.2x renamed past_key_values to cache (the old name still works, with a warning)
-    params = inspect.signature(model.get_base_model().forward if hasattr(model, "get_base_model") else model.forward)
-    cache_kw = "cache" if "cache" in params.parameters else "past_key_values"
-    logits, past, mask = _prefill(*weights(rows), rows, pad_id, device)
+    cache_kw = cache_kwarg(model)
+    logits, past, mask = prefill(*weights(rows), rows, pad_id, device)
     valid = [len(r.prompt_ids) for r in rows]  # KV positions each row attends to (its next position id)
     next_pos = torch.tensor(valid, device=device)
-    sampler = _Sampler(rows, device)
+    sampler = Sampler(rows, device)
     while rows:
         chosen, results = sampler.step(logits)
-        for b, r in enumerate(rows):
-            if r.done:  # cancelled by its caller
-                continue
-            tok, lp = int(results[b][0]), results[b][1]
-            delta = _finish_token(r, tok, lp, results[b], sampler.top_k, tokenizer, eos_ids)
-            on_token(r, tok, lp, delta)
-            if r.finish_reason is not None:
-                on_finish(r)
+        record_step(rows, results, sampler.top_k, tokenizer, eos_ids, on_token, on_finish)
         keep = [b for b, r in enumerate(rows) if not r.done]
         if len(keep) < len(rows):  # finished rows leave now
             rows, valid = [rows[b] for b in keep], [valid[b] for b in keep]
@@ -249,11 +259,11 @@ def decode_batch(
         room = admit is not None and 0 < len(rows) < max_rows and _batch_cache.mergeable(past)
         joined = admit(max_rows - len(rows)) if room else []
         if joined:
-            new_logits, new_past, new_mask = _prefill(*weights(joined), joined, pad_id, device)
+            new_logits, new_past, new_mask = prefill(*weights(joined), joined, pad_id, device)
             new_valid = [len(r.prompt_ids) for r in joined]
             mask = _batch_cache.merge(past, mask, new_past, new_mask)
             logits = torch.cat([logits, new_logits], dim=0)
             next_pos = torch.cat([next_pos, torch.tensor(new_valid, device=device)])
             rows, valid = rows + joined, valid + new_valid
         if rows and (joined or len(keep) < len(sampler.rows)):
-            sampler = _Sampler(rows, device)  # the batch changed: its parameters, seeds and bitmask rows
+            sampler = Sampler(rows, device)  # the batch changed: its parameters, seeds and bitmask rows

@@ -23,8 +23,13 @@ row leaves at once, so its caller gets the answer then and the batch stops compu
 policy's LoRA merged into the weights (``_merged.py``), one matmul per layer instead of peft's three;
 the peft model stays the reference and runs batches that mix policies.
 
-Not here: prefix caching, a paged KV cache, CUDA graphs, speculative decoding, tensor
-parallelism. Use the ``vllm`` backend for throughput.
+``static_cache_len`` (default off): decode on a static KV cache of ``max_batch_size`` slots x that
+many columns (``_slots.py``, ``_decode_static.py``), every step the same shape; with
+``compile_step`` (default: on for CUDA) the step is ``torch.compile``d with ``reduce-overhead``,
+i.e. captured as a CUDA graph. A call with prompt + ``max_tokens`` over ``static_cache_len`` is refused.
+
+Not here: prefix caching, a paged KV cache, speculative decoding, tensor parallelism. Use the
+``vllm`` backend for throughput.
 """
 
 from __future__ import annotations
@@ -46,8 +51,10 @@ import torch
 from swarm.errors import BackendError, ConflictError, ContextLengthError, ValidationError
 from swarm.lora import LoraSpec
 from swarm.policy._decode import Row, decode_batch
+from swarm.policy._decode_static import decode_static
 from swarm.policy._merged import MergedCopy
 from swarm.policy._mixed import StepWeights
+from swarm.policy._slots import SlotCache, static_supported
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
 from swarm.policy.chat import LocalTokenizer
 from swarm.policy.constraint import Constraint, Grammars
@@ -108,6 +115,8 @@ class HFBackend(LocalTokenizer, VersionTable):
         torch_threads: int | None = None,
         tool_parser: str | None = None,
         merge_lora: bool | None = None,
+        static_cache_len: int | None = None,
+        compile_step: bool | None = None,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -139,6 +148,14 @@ class HFBackend(LocalTokenizer, VersionTable):
         # settable at run time; the copy is built at the first batch that uses it
         self.merge_lora = self.device.type == "cuda" if merge_lora is None else bool(merge_lora)
         self._merged: MergedCopy | None = None
+        self.static_cache_len = int(static_cache_len) if static_cache_len else None
+        if self.static_cache_len is not None:
+            why = static_supported(base.config)
+            if why:
+                raise ValidationError(f"static_cache_len: {why}")
+        self.compile_step = self.device.type == "cuda" if compile_step is None else bool(compile_step)
+        self._slots: SlotCache | None = None
+        self._compiled: dict[int, Any] = {}
         self._weights_epoch = 0  # bumped after every pause: the live weights may have changed
 
         self.pad_id = self._pad_id()
@@ -257,6 +274,10 @@ class HFBackend(LocalTokenizer, VersionTable):
         if len(ids) + s.max_tokens > self._max_context:
             raise ContextLengthError(f"prompt ({len(ids)} tokens) + max_tokens ({s.max_tokens}) exceeds the context of "
                                      f"{self._max_context} tokens", policy=request.policy)
+        if self.static_cache_len is not None and len(ids) + s.max_tokens > self.static_cache_len:
+            raise ContextLengthError(f"prompt ({len(ids)} tokens) + max_tokens ({s.max_tokens}) exceeds the static KV "
+                                     f"cache of {self.static_cache_len} columns (model.static_cache_len)",
+                                     policy=request.policy)
         seed = s.seed if s.seed is not None else self._rng.getrandbits(62)
         c = request.constraint
         rows = [
@@ -421,17 +442,41 @@ class HFBackend(LocalTokenizer, VersionTable):
             for j in joined:
                 j.version = self._versions[j.request.policy]
             self.stats["rows"] += sum(len(j.rows) for j in joined)
+            jobs.extend(joined)  # the batch's jobs: a failure is reported to every one of them (_run)
             return [r for j in joined for r in j.rows]
 
         merged = self._merged_model if self.merge_lora and self.model is not self.base_model else None
         weights = StepWeights(self.model, self._adapter_context, self._adapter_name,
                               peft=self.model is not self.base_model, merged=merged)
         try:
+            if self.static_cache_len is not None:
+                decode_static(self.model, self.tokenizer, rows, slots=self._slot_cache(), pad_id=self.pad_id,
+                              eos_ids=self.eos_ids, device=self.device, on_token=on_token, on_finish=on_finish,
+                              admit=admit, step_fn=self._step_fn,
+                              weights=lambda batch: weights.forward([r.owner.request.policy for r in batch]))
+                return
             decode_batch(self.model, self.tokenizer, rows, pad_id=self.pad_id, eos_ids=self.eos_ids, device=self.device,
                          on_token=on_token, on_finish=on_finish, admit=admit, max_rows=self.max_batch_size,
                          weights=lambda batch: weights.forward([r.owner.request.policy for r in batch]))
         finally:
             weights.close()
+
+    def _slot_cache(self) -> SlotCache:
+        """The static KV cache (allocated at the first batch): ``max_batch_size`` slots x ``static_cache_len``."""
+        if self._slots is None or self._slots.length != self.static_cache_len:  # (re)set at run time, e.g. a bench
+            assert self.static_cache_len is not None
+            dtype = next(self.base_model.parameters()).dtype
+            self._slots = SlotCache(self.base_model.config, self.max_batch_size, self.static_cache_len, dtype,
+                                    self.device)
+        return self._slots
+
+    def _step_fn(self, model: Any) -> Any:
+        """What runs a static decode step of ``model``: compiled once per model object (a CUDA graph on CUDA)."""
+        if not self.compile_step:
+            return model
+        if id(model) not in self._compiled:
+            self._compiled[id(model)] = torch.compile(model, mode="reduce-overhead", dynamic=False)
+        return self._compiled[id(model)]
 
     def _merged_model(self, policy: str) -> Any:
         """The sampling copy with ``policy``'s current weights merged (re-merged after any pause)."""

@@ -1,0 +1,113 @@
+"""The hf backend's static-slot decode (the CUDA-graph path's shapes, run eagerly on CPU) against the dynamic one."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from swarm.errors import ContextLengthError
+from swarm.policy.base import GenerateRequest, SamplingParams, TokenDelta
+from swarm.train import LoraSpec
+
+WORDS = "wolf seer village night vote player accuse defend protect doctor hunter moon".split()
+
+
+def _req(i: int, policy: str = "default", max_tokens: int = 12, **kw) -> GenerateRequest:
+    msgs = [{"role": "user", "content": " ".join(WORDS[(i + k) % len(WORDS)] for k in range(1 + (i * 5) % 11))}]
+    return GenerateRequest(policy, messages=msgs, sampling=SamplingParams(max_tokens=max_tokens, seed=100 + i, **kw))
+
+
+def _gather(backend, reqs):
+    async def go():
+        return await asyncio.gather(*(backend.generate(r) for r in reqs))
+
+    return [g[0] for g in asyncio.run(go())]
+
+
+@pytest.fixture
+def pair(tiny_model_path):
+    """(static, dynamic) backends on the tiny model; the static one has 6 slots of 72 columns (compaction happens)."""
+    from swarm.policy.hf import HFBackend
+
+    made = [HFBackend(str(tiny_model_path), policies=["default"], batch_wait_ms=20, max_batch_size=6, **kw)
+            for kw in ({"static_cache_len": 72}, {})]
+    for b in made:
+        b.eos_ids = set()  # fixed lengths: rows leave and join by their max_tokens only
+    yield made
+    for b in made:
+        b.close()
+
+
+def _same(a, b) -> None:
+    assert a.response_ids == b.response_ids and a.text == b.text
+    assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
+
+
+def test_static_slots_give_the_dynamic_tokens(pair):
+    """Ten calls of mixed lengths and sampling on 6 slots: rows leave, waiting calls join, the cache compacts."""
+    static, dynamic = pair
+    mixes = [dict(), dict(temperature=0.7, top_p=0.9), dict(temperature=0.0), dict(top_k=5, temperature=1.2)]
+    reqs = [_req(i, max_tokens=6 + (i * 7) % 30, **mixes[i % 4]) for i in range(10)]
+    got, ref = _gather(static, reqs), _gather(dynamic, reqs)
+    for a, b in zip(got, ref, strict=True):
+        _same(a, b)
+    assert static._slots is not None and static._slots.compactions > 0
+
+
+def test_a_call_arriving_mid_batch_joins_a_slot(pair):
+    static, _ = pair
+    short = _req(3, max_tokens=5, temperature=0.9)
+    [alone] = _gather(static, [short])
+    batches = static.stats["batches"]
+
+    async def scenario():
+        started, order = asyncio.Event(), []
+
+        async def long_call():
+            n = 0
+            async for item in static.stream(_req(1, max_tokens=30)):
+                n += isinstance(item, TokenDelta)
+                if n == 8:
+                    started.set()
+            order.append("long")
+
+        async def short_call():
+            await started.wait()
+            [g] = await static.generate(short)
+            order.append("short")
+            return g
+
+        _, joined = await asyncio.gather(long_call(), short_call())
+        return order, joined
+
+    order, joined = asyncio.run(scenario())
+    assert order == ["short", "long"] and static.stats["batches"] == batches + 1
+    _same(joined, alone)
+
+
+def test_grammar_and_lora_policies_on_slots(tiny_model_path):
+    """A constrained call masks on slots too; two adapter policies share the slots (merged copy, then per-row)."""
+    from swarm.policy.constraint import Constraint
+    from swarm.policy.hf import HFBackend
+
+    kw = dict(policies={"a": LoraSpec(rank=4), "b": LoraSpec(rank=4)}, batch_wait_ms=20, merge_lora=True)
+    static = HFBackend(str(tiny_model_path), static_cache_len=64, **kw)
+    dynamic = HFBackend(str(tiny_model_path), **kw)
+    try:
+        for b in (static, dynamic):
+            state = {k: v + 0.3 if "lora_B" in k else v for k, v in b.adapter_state("b").items()}
+            b.load_weights("b", state, version=1)
+        schema = {"type": "object", "properties": {"vote": {"enum": ["wolf", "seer"]}}, "required": ["vote"]}
+        reqs = [_req(0, "a"), _req(1, "b"), _req(2, "a", max_tokens=20)]
+        reqs[2] = GenerateRequest("a", messages=reqs[2].messages, sampling=reqs[2].sampling,
+                                  constraint=Constraint("json_schema", schema=schema))
+        got, ref = _gather(static, reqs), _gather(dynamic, reqs)
+        for a, b in zip(got, ref, strict=True):
+            _same(a, b)
+        assert got[2].text.startswith('{"vote"')
+        with pytest.raises(ContextLengthError, match="static_cache_len"):
+            _gather(static, [_req(0, "a", max_tokens=60)])
+    finally:
+        static.close()
+        dynamic.close()
