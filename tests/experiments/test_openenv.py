@@ -47,6 +47,16 @@ def test_rewards_prompts_and_action_fields() -> None:
         action_field({"properties": {"a": {"type": "string"}, "b": {"type": "string"}}})
 
 
+def test_open_sessions_per_worker_process() -> None:
+    """64 on a task-started server, 1 when the environment is not concurrent-safe (openenv refuses more), and 1
+    on a server given by URL (openenv's default capacity) unless max_sessions says otherwise."""
+    EnvOptions = oe_task.EnvOptions
+    assert (EnvOptions().sessions(True), EnvOptions().sessions(False)) == (64, 1)
+    assert (EnvOptions(max_sessions=4).sessions(True), EnvOptions(max_sessions=4).sessions(False)) == (4, 1)
+    assert EnvOptions(url="http://127.0.0.1:8000").sessions() == 1
+    assert EnvOptions(url="http://127.0.0.1:8000", max_sessions=4).sessions() == 4
+
+
 def test_the_example_environment_scores_each_round() -> None:
     from experiments.openenv.echo_rounds import ROUNDS, EchoRoundsAction, EchoRoundsEnv
 
