@@ -11,7 +11,7 @@ second reply. Rubric: ``looked_up`` (weight 0.5; 1 when a ``lookup`` call named 
 
 The seat declares the in-process harness with ``first_tool_choice="required"`` (the tiny model never
 writes a tool call unaided; the gateway's constrained decoding makes the first call a valid one) and
-``max_tokens=96`` (the tiny model spells a constrained tool call in ~50-90 tokens). Load it as ``task.options.env=experiments.verifiers.lookup_env``.
+``max_tokens=128`` (the tiny model spells a constrained tool call in 50-70 tokens, one character at a time). Load it as ``task.options.env=experiments.verifiers.lookup_env``.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class LookupTaskset(vf.Taskset[LookupTask, LookupTasksetConfig]):
 
 class LookupEnvConfig(vf.EnvConfig):
     agent: vf.AgentConfig = vf.AgentConfig(harness=seat_harness(first_tool_choice="required"), max_turns=4,
-                                           sampling=vf.SamplingConfig(max_tokens=96))
+                                           sampling=vf.SamplingConfig(max_tokens=128))
     feedback_turns: int = 1
 
 
