@@ -61,7 +61,9 @@ def _export_import_root(module: str) -> None:
     verifiers starts a toolset's server as ``python -m <its module>`` in a fresh process whose working
     directory is a scratch folder: a module of this checkout (not installed) is found through this path.
     """
-    loaded = sys.modules[module]
+    loaded = sys.modules.get(module)
+    if loaded is None:
+        return
     path = getattr(loaded, "__file__", None)
     if not path:
         return
@@ -94,10 +96,7 @@ def load_env(env: str, tool_choice: str | None = None) -> Any:
     from verifiers.v1.runtimes import SubprocessConfig
     from verifiers.v1.utils.loaders import load_environment, resolve_env_config
 
-    taskset = plugin_id(env)
-    if "." in env:
-        _export_import_root(env)
-    config = resolve_env_config({"taskset": {"id": taskset}})
+    config = resolve_env_config({"taskset": {"id": plugin_id(env)}})
     updates = {}
     for name in seats(env):
         seat = getattr(config, name)
@@ -107,7 +106,11 @@ def load_env(env: str, tool_choice: str | None = None) -> Any:
             knobs["first_tool_choice"] = tool_choice
         harness = InProcessChatHarnessConfig(**knobs, id=plugin_id(HARNESS_ID))
         updates[name] = seat.model_copy(update={"harness": harness, "runtime": SubprocessConfig()})
-    return load_environment(config.model_copy(update=updates))
+    environment = load_environment(config.model_copy(update=updates))
+    taskset = environment.taskset
+    for toolset in [*taskset.toolsets(taskset.config), *type(taskset).task_type().toolsets(taskset.config.task)]:
+        _export_import_root(type(toolset).__module__)
+    return environment
 
 
 def _served(env: str, tool_choice: str | None) -> Any:
