@@ -44,8 +44,10 @@ HARNESS_ID = "experiments.verifiers.harness"
 CHOICES = ("auto", "required", "none")
 
 
-def tool_choice(value: str) -> str | dict[str, Any]:
-    """The OpenAI ``tool_choice`` for ``value``: ``auto``, ``required``, ``none``, or a tool's name (that tool)."""
+def tool_choice(value: str) -> str | dict[str, Any] | None:
+    """The OpenAI ``tool_choice`` for ``value``: ``required``, ``none``, a tool's name (that tool); ``auto``: unset."""
+    if value == "auto":
+        return None  # what verifiers' own program sends: the server's default
     if value in CHOICES:
         return value
     return {"type": "function", "function": {"name": value}}

@@ -92,9 +92,10 @@ _SERVED: dict[tuple[str, str | None], Any] = {}
 def load_env(env: str, tool_choice: str | None = None) -> Any:
     """The verifiers environment of taskset ``env``, each seat on the in-process harness (not yet serving)."""
     library()
-    from experiments.verifiers.harness import InProcessChatHarnessConfig
     from verifiers.v1.runtimes import SubprocessConfig
     from verifiers.v1.utils.loaders import load_environment, resolve_env_config
+
+    from experiments.verifiers.harness import InProcessChatHarnessConfig
 
     config = resolve_env_config({"taskset": {"id": plugin_id(env)}})
     updates = {}

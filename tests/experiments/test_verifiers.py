@@ -3,6 +3,7 @@ through the real gateway, the rubric is the reward, and a multi-turn episode's s
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -97,7 +98,7 @@ def test_tool_call_and_feedback_turn_keep_exact_token_prefixes(tmp_path: Path, w
             if len(steps) == 3:  # the reply was not the code word: the environment's feedback turn
                 assert steps[2].prompt_messages[-1] == {"role": "user",
                                                         "content": "Not quite: reply with only the code word for gold."}
-            for before, after in zip(steps, steps[1:]):
+            for before, after in itertools.pairwise(steps):
                 assert after.prefix_consistent is True and after.parent_step_id == before.step_id
                 assert after.prompt_ids[:len(before.prompt_ids) + len(before.response_ids)] == (
                     before.prompt_ids + before.response_ids)
