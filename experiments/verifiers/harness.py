@@ -38,9 +38,10 @@ from verifiers.v1.harnesses.utils.core import chat, gate_tool_call
 from verifiers.v1.harnesses.utils.mcp import call_mcp, connect_mcp
 from verifiers.v1.runtimes import ProgramResult
 
+from experiments.verifiers.plugins import HARNESS_ID, plugin_id
+
 __all__ = ["InProcessChatHarness", "InProcessChatHarnessConfig", "seat_harness", "tool_choice"]
 
-HARNESS_ID = "experiments.verifiers.harness"
 CHOICES = ("auto", "required", "none")
 
 
@@ -62,8 +63,6 @@ class InProcessChatHarnessConfig(vf.HarnessConfig):
 def seat_harness(**knobs: Any) -> InProcessChatHarnessConfig:
     """This harness's config under an id verifiers can load, for an environment's seat declaration
     (``vf.AgentConfig(harness=seat_harness(first_tool_choice="required"))``); the adapter keeps its knobs."""
-    from experiments.verifiers.rollout import plugin_id
-
     return InProcessChatHarnessConfig(id=plugin_id(HARNESS_ID), **knobs)
 
 

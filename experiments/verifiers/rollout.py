@@ -25,11 +25,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from experiments.verifiers.plugins import HARNESS_ID, plugin_id
+
 __all__ = ["PIP_HINT", "library", "plugin_id", "seats", "load_env", "rows", "rollout"]
 
 PIP_HINT = ("pip install verifiers==0.4.0 (in its own venv: it needs openai<3, which the project's openai 3.x "
             "and the 'agents' extra's openai-agents>=3 refuse; docs/environments.md)")
-HARNESS_ID = "experiments.verifiers.harness"
 MAX_ROWS = 100_000  # an infinite taskset's rows are read up to here
 
 
@@ -39,20 +40,6 @@ def library() -> ModuleType:
         return importlib.import_module("verifiers.v1")
     except ModuleNotFoundError as exc:
         raise ImportError(f"the verifiers task needs the verifiers library: {PIP_HINT}") from exc
-
-
-def plugin_id(module: str) -> str:
-    """An id verifiers' plugin loader can import: a dotted module path is aliased as one top-level name.
-
-    The loader first looks for ``verifiers.v1.tasksets.<id>``, and ``importlib.util.find_spec`` raises on a
-    dotted id whose first part is not a package there; a top-level name (an installed environment) is
-    used as is.
-    """
-    if "." not in module:
-        return module
-    alias = module.replace(".", "__").lower()
-    sys.modules.setdefault(alias, importlib.import_module(module))
-    return alias
 
 
 def _export_import_root(module: str) -> None:
