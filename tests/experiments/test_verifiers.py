@@ -1,7 +1,10 @@
-"""The verifiers adapter: the example environment's rollouts run through the real gateway, the rubric is the reward."""
+"""The verifiers adapter: the example environments' rollouts (one call; a tool call and a feedback turn) run
+through the real gateway, the rubric is the reward, and a multi-turn episode's steps keep exact token prefixes."""
 
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -13,16 +16,42 @@ pytest.importorskip("verifiers.v1", reason="verifiers 0.4.0 is not installed: it
 
 from tiny_gateway import tiny_gateway  # noqa: E402
 
+from experiments.verifiers.lookup_tools import CODES  # noqa: E402
+from experiments.verifiers.rollout import load_env  # noqa: E402
 from swarm.client.worker import WorkerConfig, run_worker  # noqa: E402
 from swarm.pool.filter import StepFilter  # noqa: E402
 
+LOOKUP_ENV = "experiments.verifiers.lookup_env"
+TWO_SEATS = """
+import verifiers.v1 as vf
+from experiments.verifiers.echo_env import EchoTaskset
+__all__ = ["EchoTaskset", "DuoEnv"]
+class DuoConfig(vf.EnvConfig):
+    first: vf.AgentConfig = vf.AgentConfig()
+    second: vf.AgentConfig = vf.AgentConfig()
+class DuoEnv(vf.Env[DuoConfig]):
+    async def run(self, task, agents):
+        await agents.first.run(task)
+"""
 
-def test_options_are_checked() -> None:
+
+def test_options_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     vf_task.check_options({})
+    vf_task.check_options({"env": LOOKUP_ENV, "tool_choice": "none"})
     with pytest.raises(ValueError, match="unknown option"):
         vf_task.check_options({"environment": "x"})
+    with pytest.raises(ValueError, match="tool_choice"):
+        vf_task.check_options({"tool_choice": ""})
     with pytest.raises(ValueError, match="does not load"):
         vf_task.check_options({"env": "experiments.echo"})  # a module without a Taskset
+    (tmp_path / "duo_env.py").write_text(TWO_SEATS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"seats \['first', 'second'\]"):
+        vf_task.check_options({"env": "duo_env"})
+    # the seat's declared harness knobs are kept; the option overrides them; a plain taskset's seat gets auto
+    assert load_env(LOOKUP_ENV).config.agent.harness.first_tool_choice == "required"
+    assert load_env(LOOKUP_ENV, "none").config.agent.harness.first_tool_choice == "none"
+    assert load_env(vf_task.DEFAULT_ENV).config.agent.harness.first_tool_choice == "auto"
 
 
 def test_rollouts_through_the_gateway_score_with_the_rubric(tmp_path: Path, warm_tiny_model_path: Path) -> None:
@@ -41,3 +70,35 @@ def test_rollouts_through_the_gateway_score_with_the_rubric(tmp_path: Path, warm
             assert len(steps) == 1 and steps[0].response_ids
             expected = {"verifiers-5": "echo piano", "verifiers-6": "say lemon"}[ep.group_id]  # rows 5 and 6
             assert steps[0].prompt_messages[-1]["content"] == expected
+
+
+def test_tool_call_and_feedback_turn_keep_exact_token_prefixes(tmp_path: Path, warm_tiny_model_path: Path) -> None:
+    """One row x two episodes of the lookup environment: its first call is a tool call (tool_choice required),
+    the MCP server's result and the feedback turn come back in later prompts, and each step's prompt ids start
+    with the previous step's prompt + response ids."""
+    with tiny_gateway(tmp_path, warm_tiny_model_path) as (url, pool):
+        stats = run_worker(WorkerConfig(server=url, task="verifiers", workers=2, group_size=2, max_groups=1, seed=3,
+                                        max_tokens=8, options={"env": LOOKUP_ENV}))
+        assert stats["episodes"] == 2 and stats["failed"] == 0
+        for ep in pool.query_episodes(StepFilter(task="verifiers"), limit=100):
+            metrics = ep.metadata["metrics"]
+            assert metrics["ok"] == 1.0 and metrics["tool_calls"] >= 1
+            assert ep.reward == pytest.approx(0.5 * metrics["rubric_looked_up"] + 0.5 * metrics["rubric_answer"])
+            steps = pool.query_steps(StepFilter(episode_id=ep.episode_id), with_tokens=True, order="episode")
+            assert len(steps) == metrics["turns"] > 1
+            assert steps[0].prompt_messages[-1]["content"].startswith("Find the code word for gold")  # row 3
+            call = steps[0].tool_calls[0]["function"]
+            key = json.loads(call["arguments"])["key"]
+            assert call["name"] == "lookup" and metrics["rubric_looked_up"] == float(key == "gold")
+            # the next prompt carries the call and the tool server's result
+            sent_call, result = steps[1].prompt_messages[-2:]
+            assert sent_call["tool_calls"][0]["function"]["name"] == "lookup"
+            assert result == {"role": "tool", "tool_call_id": sent_call["tool_calls"][0]["id"], "content": CODES[key],
+                              "name": "lookup"}
+            if len(steps) == 3:  # the reply was not the code word: the environment's feedback turn
+                assert steps[2].prompt_messages[-1] == {"role": "user",
+                                                        "content": "Not quite: reply with only the code word for gold."}
+            for before, after in itertools.pairwise(steps):
+                assert after.prefix_consistent is True and after.parent_step_id == before.step_id
+                assert after.prompt_ids[:len(before.prompt_ids) + len(before.response_ids)] == (
+                    before.prompt_ids + before.response_ids)
