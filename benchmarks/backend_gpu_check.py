@@ -15,8 +15,9 @@ and on the device (``run`` with ``carry: [".cache/gpu-wheels"]``)::
 
 Stages, on the random 153M Llama of ``benchmarks/gpu_check.py`` in bfloat16 with one LoRA r8 policy:
 
-1. ``recompute``: 64 sampled calls (mixed temperature / top-p / greedy) through the backend, once
-   on the peft model and once on the merged-LoRA sampling copy; each reply's recorded logprobs
+1. ``recompute``: 64 sampled calls (mixed temperature / top-p / greedy) through the backend, on
+   the peft model, on the merged-LoRA sampling copy, and on that copy with static slots and the
+   compiled (CUDA-graph) step; each reply's recorded logprobs
    against one forward pass of the peft model (the trainer's) over prompt + reply, same dtype,
    ``processed_logprobs``: the largest absolute error, apart for rows without and with top-p (bf16
    on CUDA; the CPU tests hold float32 to 1e-4).
@@ -24,9 +25,10 @@ Stages, on the random 153M Llama of ``benchmarks/gpu_check.py`` in bfloat16 with
    parameters: the fraction of replies whose tokens are identical (bf16 batched matmuls may
    round differently with the batch shape, which can flip a near-tie).
 3. ``bench``: ``benchmarks/generation_bench.py --device cuda --model random153m --calls 8,64,256
-   --tokens 64 --dtype bfloat16 --cb --static`` (the backend on the peft model and on the merged
-   copy, plain eager ``generate`` with the same LoRA, transformers' ``generate_batch``, and
-   compiled static-cache ``generate`` without LoRA), side by side.
+   --tokens 64 --dtype bfloat16 --cb --static --slots 256`` (the backend on the peft model, on the
+   merged copy, and on the merged copy with a static cache and a CUDA-graph step; plain eager
+   ``generate`` with the same LoRA, transformers' ``generate_batch``, and compiled static-cache
+   ``generate`` without LoRA), side by side.
 
 The last line is ``backend_gpu_check: recompute max err <x>, seeds <a>/<b> identical, <bench line>``.
 ``--cpu-smoke`` runs the same stages on the CPU with a small random model (float32) to check the script.
@@ -130,12 +132,14 @@ def main(argv: list[str] | None = None) -> int:
                             max_batch_size=256, batch_wait_ms=50)
         try:
             errs = {}
-            for merge in (False, True):  # the recompute is the trainer's: the unmerged peft model
-                backend.merge_lora = merge
-                errs[merge] = recompute_error(backend)
-                print(f"recompute ({'merged LoRA copy' if merge else 'peft model'}): max |recorded - recomputed| "
-                      f"logprob {errs[merge][0]:.2e} without top-p, {errs[merge][1]:.2e} with "
-                      f"({dtype}, {time.perf_counter() - t0:.0f}s)", flush=True)
+            paths = {"peft model": (False, None), "merged LoRA copy": (True, None),
+                     "merged copy on static slots, compiled step": (True, 256)}
+            for name, (merge, slots) in paths.items():  # the recompute is the trainer's: the unmerged peft model
+                backend.merge_lora, backend.static_cache_len, backend.max_batch_size = merge, slots, 64
+                errs[name] = recompute_error(backend)
+                print(f"recompute ({name}): max |recorded - recomputed| logprob {errs[name][0]:.2e} without top-p, "
+                      f"{errs[name][1]:.2e} with ({dtype}, {time.perf_counter() - t0:.0f}s)", flush=True)
+            backend.static_cache_len, backend.max_batch_size = None, 256
             err, err_p = max(e[0] for e in errs.values()), max(e[1] for e in errs.values())
             same, total = seeds_identical(backend)
             print(f"seeds: {same}/{total} replies identical alone and in a mixed batch of 128", flush=True)
@@ -146,10 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     buf = _Tee(sys.stdout)  # printed as it comes (a run cut by its timeout keeps its rows), and kept
     with redirect_stdout(buf):
         if smoke:
-            generation_bench.main(["--calls", "8,16", "--tokens", "8", "--reps", "1", "--cb"])
+            generation_bench.main(["--calls", "8,16", "--tokens", "8", "--reps", "1", "--cb", "--slots", "96"])
         else:
             generation_bench.main(["--device", "cuda", "--model", "random153m", "--calls", "8,64,256", "--tokens", "64",
-                                   "--dtype", "bfloat16", "--reps", "1", "--cb", "--static"])
+                                   "--dtype", "bfloat16", "--reps", "1", "--cb", "--static", "--slots", "256"])
     last = buf.getvalue().strip().splitlines()[-1]
     print(f"backend_gpu_check: recompute max err {err:.2e} ({err_p:.2e} top-p), seeds {same}/{total} identical, {last} "
           f"({time.perf_counter() - t0:.0f}s)")

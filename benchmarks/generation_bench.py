@@ -5,7 +5,9 @@ the ``hf`` backend at once (one batch, ``asyncio.gather``), then the same ``c`` 
 ``model.generate`` as one left-padded batch of the very same peft model object. The backend runs
 twice: ``hf`` on the peft model (the eager reference, ``merge_lora=False``) and ``hf merged`` on its
 sampling copy with the LoRA merged into the weights (``merge_lora=True``, ``swarm/policy/_merged.py``;
-the default on CUDA). Both sample
+the default on CUDA); ``--slots L`` adds ``hf slots``, the merged copy decoding on a static KV cache
+of ``c`` slots x ``L`` columns (``static_cache_len``), its step compiled with CUDA graphs on CUDA
+(``compile_step``; eager on a CPU, where it only checks the path). Both sample
 (temperature 1, no top-p / top-k) exactly ``--tokens`` new tokens per call: the end-of-turn
 token is disabled on both sides (the backend's ``eos_ids`` emptied, ``min_new_tokens`` for
 ``generate``), so both do the same work. ``--mixed``: call *i* asks ``(1 + i % 4) / 4`` of
@@ -165,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mixed", action="store_true", help="calls ask 1/4, 2/4, 3/4 or all of --tokens")
     ap.add_argument("--cb", action="store_true", help="also time transformers' generate_batch (continuous batching)")
     ap.add_argument("--static", action="store_true", help="also time compiled static-cache generate without LoRA")
+    ap.add_argument("--slots", type=int, default=0, help="also time the backend on a static cache of this many columns")
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA GPU: generation_bench skipped")
@@ -188,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.dtype}, LoRA r{args.lora_r}, {'mixed 1/4..all of ' if args.mixed else ''}{args.tokens} tokens/call, torch threads {args.threads}, "
               f"{cores} cores, load {load:.2f}", flush=True)
         head = ("| calls | hf tok/s | hf merged tok/s | generate tok/s | hf/generate | merged/generate |"
-                + (" generate_batch tok/s |" if args.cb else "") + (" static generate, no LoRA, tok/s |" if args.static else ""))
+                + (" generate_batch tok/s |" if args.cb else "") + (" static generate, no LoRA, tok/s |" if args.static else "")
+                + (" hf slots tok/s | slots/static generate |" if args.slots else ""))
         print(head + "\n|" + "---:|" * (head.count("|") - 1), flush=True)
         ratios = []
         try:
@@ -196,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                 msgs, asked = prompts(c), lengths(c, args.tokens, args.mixed)
                 ids = [backend.prompt_ids(_req(policy, m)) for m in msgs]
                 speed = {}
+                backend.max_batch_size = c  # the slots of the static cache (and the dynamic path's cap) = concurrency
                 for merge in (False, True):
                     backend.merge_lora = merge
                     n, t = best(lambda m=msgs, x=ids, a=asked: run_backend(backend, policy, m, x, a), args.reps)
@@ -210,9 +215,18 @@ def main(argv: list[str] | None = None) -> int:
                         line += f" {n_cb / t_cb:,.0f} |"
                     except Exception as e:  # report what the library refused, keep the other columns
                         line += f" n/a ({type(e).__name__}: {str(e)[:60]}) |"
+                static = 0.0
                 if args.static:
                     n_st, t_st = best(lambda x=ids, a=asked: run_static(backend, x, a), args.reps)
-                    line += f" {n_st / t_st:,.0f} |"
+                    static = n_st / t_st
+                    line += f" {static:,.0f} |"
+                if args.slots:
+                    backend.static_cache_len = args.slots
+                    try:
+                        n_sl, t_sl = best(lambda m=msgs, x=ids, a=asked: run_backend(backend, policy, m, x, a), args.reps)
+                    finally:
+                        backend.static_cache_len = None
+                    line += f" {n_sl / t_sl:,.0f} | {n_sl / t_sl / static:.2f} |" if static else f" {n_sl / t_sl:,.0f} | - |"
                 print(line, flush=True)
         finally:
             backend.close()

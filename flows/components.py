@@ -102,7 +102,8 @@ def make_backend(model: Model, policies: list[str], lora: LoraSpec | None) -> Po
                          max_batch_size=model.max_batch_size, batch_wait_ms=model.batch_wait_ms, lora=lora,
                          chat_template=model.chat_template, attn_implementation=model.attn_implementation,
                          torch_threads=model.torch_threads, tool_parser=model.tool_parser,
-                         merge_lora=model.merge_lora)
+                         merge_lora=model.merge_lora, static_cache_len=model.static_cache_len,
+                         compile_step=model.compile_step)
     if isinstance(model, VLLMModel):
         from swarm.policy.vllm import VLLMBackend
 

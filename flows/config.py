@@ -66,6 +66,8 @@ class HFModel(_Weights):
     chat_template: str | None = None
     attn_implementation: str | None = None
     merge_lora: bool | None = None  # decode a one-policy batch on a copy with its LoRA merged; None: on for CUDA
+    static_cache_len: int | None = Field(default=None, ge=2)  # decode on max_batch_size static slots of this length
+    compile_step: bool | None = None  # torch.compile the static decode step (CUDA graphs); None: on for CUDA
 
     @model_validator(mode="after")
     def _one_source(self) -> HFModel:

@@ -463,7 +463,8 @@ class HFBackend(LocalTokenizer, VersionTable):
 
     def _slot_cache(self) -> SlotCache:
         """The static KV cache (allocated at the first batch): ``max_batch_size`` slots x ``static_cache_len``."""
-        if self._slots is None or self._slots.length != self.static_cache_len:  # (re)set at run time, e.g. a bench
+        if self._slots is None or (self._slots.length, self._slots.slots) != (self.static_cache_len,
+                                                                              self.max_batch_size):  # set at run time
             assert self.static_cache_len is not None
             dtype = next(self.base_model.parameters()).dtype
             self._slots = SlotCache(self.base_model.config, self.max_batch_size, self.static_cache_len, dtype,
