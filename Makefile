@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: setup run serve test lint bench
+.PHONY: setup run serve test lint bench verifiers-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PY_SYS) -m venv $(VENV)
@@ -38,6 +38,8 @@ $(VF_STAMP): $(STAMP)
 	$(VF_VENV)/bin/python -m pip install -q verifiers==0.4.0 2>&1 | grep -v "openai-agents\|dependency resolver\|is ignored" || true
 	$(VF_VENV)/bin/python -c 'import verifiers.v1'
 	touch $(VF_STAMP)
+
+verifiers-venv: $(VF_STAMP)
 
 run: setup
 	$(PY) -m flows.train
