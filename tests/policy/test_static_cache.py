@@ -111,3 +111,21 @@ def test_grammar_and_lora_policies_on_slots(tiny_model_path):
     finally:
         static.close()
         dynamic.close()
+
+
+@pytest.mark.slow  # ~25 s: torch.compile (inductor on the CPU) of the tiny model's step
+def test_the_compiled_step_gives_the_eager_tokens(tiny_model_path):
+    """compile_step (CUDA's default: reduce-overhead, a CUDA graph there) traces the slot cache and matches eager."""
+    from swarm.policy.hf import HFBackend
+
+    kw = dict(policies={"a": LoraSpec(rank=4)}, batch_wait_ms=20, merge_lora=True, max_batch_size=4)
+    compiled = HFBackend(str(tiny_model_path), static_cache_len=96, compile_step=True, **kw)
+    eager = HFBackend(str(tiny_model_path), **kw)
+    try:
+        reqs = [_req(i, "a", max_tokens=10 + 3 * i) for i in range(6)]  # 6 calls on 4 slots: two join later
+        for a, b in zip(_gather(compiled, reqs), _gather(eager, reqs), strict=True):
+            _same(a, b)
+        assert len(compiled._compiled) == 1
+    finally:
+        compiled.close()
+        eager.close()
