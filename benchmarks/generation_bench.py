@@ -110,36 +110,20 @@ def run_backend(backend: Any, policy: str, msgs: list, ids: list[list[int]], ask
     return sum(len(g.response_ids) for gens in asyncio.run(go()) for g in gens)
 
 
-def run_generate(backend: Any, policy: str, ids: list[list[int]], asked: list[int]) -> int:
-    """One padded batch to the longest ask; a call's tokens past its own ask are wasted (not counted)."""
+def run_generate(model: Any, pad_id: int, ids: list[list[int]], asked: list[int], **kw: Any) -> int:
+    """One padded batch of ``model.generate`` to the longest ask; a call's tokens past its own ask are not counted."""
     tokens = max(asked)
     width = max(len(x) for x in ids)
-    inp = torch.full((len(ids), width), backend.pad_id, dtype=torch.long)
-    mask = torch.zeros_like(inp)
-    for b, x in enumerate(ids):
-        inp[b, width - len(x):] = torch.tensor(x)
-        mask[b, width - len(x):] = 1
-    with torch.inference_mode(), backend._adapter_context(policy):
-        out = backend.model.generate(input_ids=inp.to(backend.device), attention_mask=mask.to(backend.device),
-                                     do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=tokens,
-                                     min_new_tokens=tokens, pad_token_id=backend.pad_id)
-    assert out.shape[1] - width == tokens
-    return sum(asked)
-
-
-def run_static(backend: Any, ids: list[list[int]], asked: list[int]) -> int:
-    """Plain ``generate`` on the base weights (no LoRA) with a static KV cache, compiled: the reference speed."""
-    tokens = max(asked)
-    width = max(len(x) for x in ids)
-    inp = torch.full((len(ids), width), backend.pad_id, dtype=torch.long)
+    inp = torch.full((len(ids), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(inp)
     for b, x in enumerate(ids):
         inp[b, width - len(x):] = torch.tensor(x)
         mask[b, width - len(x):] = 1
     with torch.inference_mode():
-        backend.base_model.generate(input_ids=inp.to(backend.device), attention_mask=mask.to(backend.device),
-                                    do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=tokens,
-                                    min_new_tokens=tokens, pad_token_id=backend.pad_id, cache_implementation="static")
+        out = model.generate(input_ids=inp.to(model.device), attention_mask=mask.to(model.device), do_sample=True,
+                             temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=tokens, min_new_tokens=tokens,
+                             pad_token_id=pad_id, **kw)
+    assert out.shape[1] - width == tokens
     return sum(asked)
 
 
@@ -184,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
                             batch_wait_ms=args.wait_ms, lora=LoraSpec(rank=args.lora_r) if args.lora_r else None,
                             merge_lora=False)
         backend.eos_ids = set()  # fixed-length replies on both sides: the same work per call
+        plain = None
+        if args.static:  # a plain transformers model, no peft: the reference without LoRA
+            from transformers import AutoModelForCausalLM
+
+            plain = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, args.dtype)).to(args.device).eval()
         params = sum(p.numel() for p in backend.base_model.parameters())
         cores = os.cpu_count()
         load = os.getloadavg()[0]
@@ -205,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
                     backend.merge_lora = merge
                     n, t = best(lambda m=msgs, x=ids, a=asked: run_backend(backend, policy, m, x, a), args.reps)
                     speed[merge] = n / t
-                n_gen, t_gen = best(lambda x=ids, a=asked: run_generate(backend, policy, x, a), args.reps)
+                with backend._adapter_context(policy):  # the same peft model object, its adapter active
+                    n_gen, t_gen = best(lambda x=ids, a=asked: run_generate(backend.model, backend.pad_id, x, a),
+                                        args.reps)
                 hf, merged, gen = speed[False], speed[True], n_gen / t_gen
                 ratios.append((c, hf / gen, merged / gen))
                 line = f"| {c} | {hf:,.0f} | {merged:,.0f} | {gen:,.0f} | {hf / gen:.2f} | {merged / gen:.2f} |"
@@ -217,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                         line += f" n/a ({type(e).__name__}: {str(e)[:60]}) |"
                 static = 0.0
                 if args.static:
-                    n_st, t_st = best(lambda x=ids, a=asked: run_static(backend, x, a), args.reps)
+                    n_st, t_st = best(lambda x=ids, a=asked: run_generate(plain, backend.pad_id, x, a,
+                                                                          cache_implementation="static"), args.reps)
                     static = n_st / t_st
                     line += f" {static:,.0f} |"
                 if args.slots:

@@ -9,6 +9,7 @@ URL is printed either way. No training here.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import re
@@ -55,6 +56,8 @@ def serve(cfg: DictConfig) -> None:
             stack.server.thread.join(0.5)
     except KeyboardInterrupt:
         stack.stop()
+    # an exit that takes over 5 s (a pool call blocked in a worker thread) leaves every thread's stack in the output
+    faulthandler.dump_traceback_later(5, exit=False)
 
 
 def main() -> None:
