@@ -81,7 +81,7 @@ def recompute_error(backend: object) -> tuple[float, float]:
     outs = asyncio.run(_gather(backend, reqs))
     worst = [0.0, 0.0]
     model = backend.model  # type: ignore[attr-defined]
-    with torch.inference_mode(), backend._adapter_context("p"):  # type: ignore[attr-defined]
+    with torch.inference_mode(), backend.paused(), backend._adapter_context("p"):  # type: ignore[attr-defined]
         for r, [g] in zip(reqs, outs, strict=True):
             ids = torch.tensor([g.prompt_ids + g.response_ids], device=backend.device)  # type: ignore[attr-defined]
             logits = model(input_ids=ids).logits[0, len(g.prompt_ids) - 1 : -1]

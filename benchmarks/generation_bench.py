@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                     backend.merge_lora = merge
                     n, t = best(lambda m=msgs, x=ids, a=asked: run_backend(backend, policy, m, x, a), args.reps)
                     speed[merge] = n / t
-                with backend._adapter_context(policy):  # the same peft model object, its adapter active
+                with backend.paused(), backend._adapter_context(policy):  # the same peft model, its adapter active
                     n_gen, t_gen = best(lambda x=ids, a=asked: run_generate(backend.model, backend.pad_id, x, a),
                                         args.reps)
                 hf, merged, gen = speed[False], speed[True], n_gen / t_gen

@@ -35,7 +35,7 @@ from swarm.policy.sampling import BatchParams, batch_logprobs, sample, uniforms_
 __all__ = ["Row", "Sampler", "cache_kwarg", "decode_batch", "prefill", "record_step"]
 
 
-@dataclass
+@dataclass(eq=False)  # identity: rows are compared by `in` and `remove`, and two seeded twins are still two rows
 class Row:
     """One sample being generated."""
 

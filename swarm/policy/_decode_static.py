@@ -9,8 +9,8 @@ CUDA graph (``step_fn``); on a CPU the eager step is the same computation (the t
 
 Prefill stays eager and dynamic (one left-padded forward per admission, as in ``_decode``); each
 prefilled row is copied into a free slot right-aligned before the shared write column; a row
-whose prompt is longer than the columns before it waits (pending) a few steps, or until the
-batch drains. When the write column reaches the end, the slots shift left by the leading columns
+whose prompt is longer than the columns before it waits (pending) until the column reaches its
+length or the batch drains; no new row is admitted meanwhile, so it cannot wait forever. When the write column reaches the end, the slots shift left by the leading columns
 no row uses (:meth:`SlotCache.compact`).
 """
 
@@ -77,10 +77,11 @@ def decode_static(
     while active:
         chosen, results = sampler.step(logits)
         record_step(active, results, sampler.top_k, tokenizer, eos_ids, on_token, on_finish)
-        keep = [b for b, r in enumerate(active) if not r.done]
+        done = [r.done for r in active]  # read once: a caller may cancel its row from another thread meanwhile
+        keep = [b for b, d in enumerate(done) if not d]
         changed = len(keep) < len(active)
-        for b, r in enumerate(active):
-            if r.done:
+        for b, d in enumerate(done):
+            if d:
                 slots.free(slot_of[b])
                 free.append(slot_of[b])
         active[:], slot_of[:] = [active[b] for b in keep], [slot_of[b] for b in keep]
@@ -104,13 +105,16 @@ def decode_static(
             pos[index] += 1
         # admissions: what waited first, then new arrivals, while slots are free
         if admit is not None and (active or pending):
-            if len(free) > len(pending):
+            pending = [r for r in pending if not r.done]  # cancelled while waiting
+            # new rows only while every waiting row fits: else the batch drains and the long prompt gets in at reset
+            if len(free) > len(pending) and all(len(r.prompt_ids) <= slots.col for r in pending):
                 pending += admit(len(free) - len(pending))
             if not active and pending:  # drained: start over with the waiting rows
                 slots.reset(start=max(len(r.prompt_ids) for r in pending))
             joined = [r for r in pending if len(r.prompt_ids) <= slots.col][: len(free)]
             if joined:
-                pending = [r for r in pending if r not in joined]
+                placed = {id(r) for r in joined}
+                pending = [r for r in pending if id(r) not in placed]
                 new_logits = place(joined)
                 logits = torch.cat([logits, new_logits], dim=0) if len(active) > len(joined) else new_logits
                 changed = True

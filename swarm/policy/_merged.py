@@ -36,13 +36,21 @@ def _lora_layers(peft_model: Any) -> list[tuple[str, Any]]:
 class MergedCopy:
     """A plain transformers model sharing the live model's tensors, its adapted layers' weights merged per policy."""
 
-    def __init__(self, peft_model: Any) -> None:
-        base = peft_model.get_base_model()
-        layers = _lora_layers(peft_model)
-        for name, layer in layers:
+    @staticmethod
+    def unsupported(peft_model: Any) -> str | None:
+        """Why this model's adapters cannot be merged into a copy (None when they can): plain LoRA on Linear only."""
+        for name, layer in _lora_layers(peft_model):
             if layer.lora_variant or any(layer.lora_bias.values()) or not isinstance(layer.get_base_layer(),
                                                                                     torch.nn.Linear):
-                raise ValueError(f"merged sampling supports plain LoRA on Linear layers only ({name})")
+                return f"merged sampling supports plain LoRA on Linear layers only ({name})"
+        return None
+
+    def __init__(self, peft_model: Any) -> None:
+        why = self.unsupported(peft_model)
+        if why:
+            raise ValueError(why)
+        base = peft_model.get_base_model()
+        layers = _lora_layers(peft_model)
         # every parameter and buffer shared (memo), then each LoRA wrapper replaced by a Linear owning its weight
         memo: dict[int, Any] = {id(t): t for t in [*base.parameters(), *base.buffers()]}
         self.model = copy.deepcopy(base, memo)
@@ -59,7 +67,7 @@ class MergedCopy:
         self.model.requires_grad_(False)
         self._key: Hashable | None = None
 
-    @torch.no_grad()
+    @torch.inference_mode()  # the copy's tensors are inference tensors (built inside the decode loop)
     def model_for(self, adapter: str | None, key: Hashable) -> Any:
         """The copy with ``adapter``'s LoRA merged (None: the base weights); re-merged only when ``key`` changed."""
         if key != self._key:

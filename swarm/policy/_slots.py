@@ -24,8 +24,11 @@ from transformers.cache_utils import Cache
 __all__ = ["SlotCache", "static_supported"]
 
 
-def static_supported(config: Any) -> str | None:
-    """Why ``config``'s model cannot decode on slots (None when it can): full attention in every layer only."""
+def static_supported(config: Any, attn_implementation: str | None = None) -> str | None:
+    """Why ``config``'s model cannot decode on slots (None when it can): full attention in every layer, and an
+    attention kernel that takes a 4D additive mask (sdpa or eager; flash and flex kernels read masks otherwise)."""
+    if attn_implementation not in (None, "sdpa", "eager"):
+        return f"attn_implementation={attn_implementation}: slots need sdpa or eager (a 4D additive mask)"
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
     kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
     if kinds != {"full_attention"} or getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True):

@@ -68,7 +68,7 @@ log = logging.getLogger(__name__)
 _DONE = object()
 
 
-@dataclass
+@dataclass(eq=False)  # identity: the backlog removes this job, not an equal twin
 class _Job:
     request: GenerateRequest
     prompt_ids: list[int]
@@ -146,11 +146,14 @@ class HFBackend(LocalTokenizer, VersionTable):
         self.model.eval()
         self.model.requires_grad_(False)
         # settable at run time; the copy is built at the first batch that uses it
-        self.merge_lora = self.device.type == "cuda" if merge_lora is None else bool(merge_lora)
+        unmergeable = MergedCopy.unsupported(self.model) if self.model is not base else None
+        if merge_lora and unmergeable:
+            raise ValidationError(f"merge_lora: {unmergeable}")
+        self.merge_lora = (self.device.type == "cuda" and not unmergeable) if merge_lora is None else bool(merge_lora)
         self._merged: MergedCopy | None = None
         self.static_cache_len = int(static_cache_len) if static_cache_len else None
         if self.static_cache_len is not None:
-            why = static_supported(base.config)
+            why = static_supported(base.config, attn_implementation or getattr(base.config, "_attn_implementation", None))
             if why:
                 raise ValidationError(f"static_cache_len: {why}")
         self.compile_step = self.device.type == "cuda" if compile_step is None else bool(compile_step)
@@ -274,6 +277,9 @@ class HFBackend(LocalTokenizer, VersionTable):
         if len(ids) + s.max_tokens > self._max_context:
             raise ContextLengthError(f"prompt ({len(ids)} tokens) + max_tokens ({s.max_tokens}) exceeds the context of "
                                      f"{self._max_context} tokens", policy=request.policy)
+        if self.static_cache_len is not None and s.n > self.max_batch_size:
+            raise ValidationError(f"n ({s.n}) exceeds the static KV cache's {self.max_batch_size} slots "
+                                  f"(model.max_batch_size)", policy=request.policy)
         if self.static_cache_len is not None and len(ids) + s.max_tokens > self.static_cache_len:
             raise ContextLengthError(f"prompt ({len(ids)} tokens) + max_tokens ({s.max_tokens}) exceeds the static KV "
                                      f"cache of {self.static_cache_len} columns (model.static_cache_len)",

@@ -66,7 +66,9 @@ def test_merged_sampling_equals_the_peft_model(pair):
         for r, m, e in zip(reqs, got, ref, strict=True):
             assert m.response_ids == e.response_ids and m.policy_version == e.policy_version
             assert max(abs(x - y) for x, y in zip(m.logprobs, e.logprobs, strict=True)) < 1e-4
-            with eager._adapter_context(policy):  # the trainer's view: the unmerged peft model
+            # the trainer's view: the unmerged peft model, under paused() as a trainer reads it (the worker thread
+            # may still be leaving the batch's adapter state after the callers got their replies)
+            with eager.paused(), eager._adapter_context(policy):
                 err = _recompute_err(eager.model, m, r.sampling.temperature or 1.0, r.sampling.top_p)
             assert err < 1e-4, (policy, err)
     assert merged._merged is not None and eager._merged is None  # the copy was used; the reference never built one

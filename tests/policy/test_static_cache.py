@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import torch
 
-from swarm.errors import ContextLengthError
+from swarm.errors import ContextLengthError, ValidationError
 from swarm.policy.base import GenerateRequest, SamplingParams, TokenDelta
 from swarm.train import LoraSpec
 
@@ -55,7 +56,8 @@ def test_static_slots_give_the_dynamic_tokens(pair):
     assert static._slots is not None and static._slots.compactions > 0
 
 
-def test_a_call_arriving_mid_batch_joins_a_slot(pair):
+def test_calls_arriving_mid_batch_join_slots(pair):
+    """Two identical seeded calls (equal rows, still two callers) join a running batch and finish first."""
     static, _ = pair
     short = _req(3, max_tokens=5, temperature=0.9)
     [alone] = _gather(static, [short])
@@ -72,18 +74,19 @@ def test_a_call_arriving_mid_batch_joins_a_slot(pair):
                     started.set()
             order.append("long")
 
-        async def short_call():
+        async def short_calls():
             await started.wait()
-            [g] = await static.generate(short)
+            twins = await asyncio.gather(static.generate(short), static.generate(short))
             order.append("short")
-            return g
+            return [g for [g] in twins]
 
-        _, joined = await asyncio.gather(long_call(), short_call())
+        _, joined = await asyncio.gather(long_call(), short_calls())
         return order, joined
 
     order, joined = asyncio.run(scenario())
     assert order == ["short", "long"] and static.stats["batches"] == batches + 1
-    _same(joined, alone)
+    for g in joined:
+        _same(g, alone)
 
 
 def test_grammar_and_lora_policies_on_slots(tiny_model_path):
@@ -108,6 +111,10 @@ def test_grammar_and_lora_policies_on_slots(tiny_model_path):
         assert got[2].text.startswith('{"vote"')
         with pytest.raises(ContextLengthError, match="static_cache_len"):
             _gather(static, [_req(0, "a", max_tokens=60)])
+        with pytest.raises(ValidationError, match="slots"):
+            _gather(static, [_req(0, "a", n=static.max_batch_size + 1)])
+        with pytest.raises(ValidationError, match="sdpa or eager"):
+            HFBackend(str(tiny_model_path), static_cache_len=64, attn_implementation="flex_attention", **kw)
     finally:
         static.close()
         dynamic.close()
@@ -123,7 +130,9 @@ def test_the_compiled_step_gives_the_eager_tokens(tiny_model_path):
     eager = HFBackend(str(tiny_model_path), **kw)
     try:
         reqs = [_req(i, "a", max_tokens=10 + 3 * i) for i in range(6)]  # 6 calls on 4 slots: two join later
-        for a, b in zip(_gather(compiled, reqs), _gather(eager, reqs), strict=True):
+        with torch._dynamo.config.patch(error_on_recompile=True):  # one graph for every step (no per-step guards)
+            got = _gather(compiled, reqs)
+        for a, b in zip(got, _gather(eager, reqs), strict=True):
             _same(a, b)
         assert len(compiled._compiled) == 1
     finally:
