@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -79,5 +80,5 @@ def test_openenv_echo_rounds(served: tuple[str, Pool]) -> None:
     for ep in pool.query_episodes(StepFilter(task="openenv"), limit=10):
         steps = sorted(pool.query_steps(StepFilter(episode_id=ep.episode_id), with_tokens=True), key=lambda s: s.index)
         assert len(steps) == 3 and 0.0 <= ep.reward <= 1.0
-        for prev, step in zip(steps, steps[1:]):
+        for prev, step in itertools.pairwise(steps):
             assert step.prompt_ids[: len(prev.prompt_ids) + len(prev.response_ids)] == prev.prompt_ids + prev.response_ids
