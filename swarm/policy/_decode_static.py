@@ -10,8 +10,9 @@ CUDA graph (``step_fn``); on a CPU the eager step is the same computation (the t
 Prefill stays eager and dynamic (one left-padded forward per admission, as in ``_decode``); each
 prefilled row is copied into a free slot right-aligned before the shared write column; a row
 whose prompt is longer than the columns before it waits (pending) until the column reaches its
-length or the batch drains; no new row is admitted meanwhile, so it cannot wait forever. When the write column reaches the end, the slots shift left by the leading columns
-no row uses (:meth:`SlotCache.compact`).
+length or the batch drains; no new row is admitted meanwhile, so it cannot wait forever. When the
+write column reaches the end, the slots shift left by the leading columns no row uses
+(:meth:`SlotCache.compact`).
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ def decode_static(
     """Generate every row to completion on ``slots`` (at most ``slots.slots`` rows at once).
 
     ``weights(rows)`` gives the model and extra kwargs for a forward over ``rows`` (as in
-    ``decode_batch``; a decode step passes one row per slot); ``step_fn(model)`` the callable that runs a decode step of that model (a
-    compiled one on CUDA; the model itself by default). Extra kwargs (mixed policies) run eagerly.
+    ``decode_batch``; a decode step passes one row per slot); ``step_fn(model)`` the callable that runs
+    a decode step of that model (a compiled one on CUDA; the model itself by default). Extra kwargs
+    (mixed policies) run eagerly.
     """
     weights = weights or (lambda _rows: (model, {}))
     step_fn = step_fn or (lambda m: m)

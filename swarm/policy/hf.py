@@ -454,16 +454,17 @@ class HFBackend(LocalTokenizer, VersionTable):
         merged = self._merged_model if self.merge_lora and self.model is not self.base_model else None
         weights = StepWeights(self.model, self._adapter_context, self._adapter_name,
                               peft=self.model is not self.base_model, merged=merged)
+        def forward_for(batch: list[Row]) -> tuple[Any, dict[str, Any]]:
+            return weights.forward([r.owner.request.policy for r in batch])
+
+        common = dict(pad_id=self.pad_id, eos_ids=self.eos_ids, device=self.device, on_token=on_token,
+                      on_finish=on_finish, admit=admit, weights=forward_for)
         try:
             if self.static_cache_len is not None:
-                decode_static(self.model, self.tokenizer, rows, slots=self._slot_cache(), pad_id=self.pad_id,
-                              eos_ids=self.eos_ids, device=self.device, on_token=on_token, on_finish=on_finish,
-                              admit=admit, step_fn=self._step_fn,
-                              weights=lambda batch: weights.forward([r.owner.request.policy for r in batch]))
-                return
-            decode_batch(self.model, self.tokenizer, rows, pad_id=self.pad_id, eos_ids=self.eos_ids, device=self.device,
-                         on_token=on_token, on_finish=on_finish, admit=admit, max_rows=self.max_batch_size,
-                         weights=lambda batch: weights.forward([r.owner.request.policy for r in batch]))
+                decode_static(self.model, self.tokenizer, rows, slots=self._slot_cache(), step_fn=self._step_fn,
+                              **common)
+            else:
+                decode_batch(self.model, self.tokenizer, rows, max_rows=self.max_batch_size, **common)
         finally:
             weights.close()
 
