@@ -20,25 +20,22 @@ import random
 from functools import lru_cache
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from experiments.math.reward import parse_final_number
-from swarm.client.task import AgentLLM, task_options
+from swarm.client import AgentLLM, TaskOptions
 
-__all__ = ["EVAL_SEED_BASE", "Options", "problems", "configure", "make_instance", "run_episode", "score"]
+__all__ = ["EVAL_SEED_BASE", "Options", "problems", "make_instance", "run_episode", "score"]
 
 EVAL_SEED_BASE = 900_000_000  # the bench's held-out seeds start here (training seeds are far below)
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 
 
-class Options(BaseModel):
+class Options(TaskOptions):
     """``task.options``: operands 1..``max_operand``, operators from ``ops`` (any of ``+-*``)."""
 
     max_operand: int = Field(default=9, ge=1)
     ops: str = Field(default="+-", pattern=r"^[+*-]+$")
-
-
-OPTIONS = Options()  # set by configure() once per worker
 
 
 def _held_out(question: str) -> bool:
@@ -63,15 +60,10 @@ def problems(max_operand: int = 9, ops: str = "+-", held_out: bool = False) -> t
     return tuple(out)
 
 
-def configure(**options: Any) -> None:
-    """Task options (``task.options.max_operand=19 task.options.ops=+-*``), validated into :class:`Options`."""
-    global OPTIONS
-    OPTIONS = task_options(__name__, options)
-
-
 def make_instance(seed: int) -> dict[str, Any]:
     """A deterministic problem: from the held-out split when ``seed >= EVAL_SEED_BASE``, else training."""
-    split = problems(OPTIONS.max_operand, OPTIONS.ops, held_out=seed >= EVAL_SEED_BASE)
+    opts = Options.current()
+    split = problems(opts.max_operand, opts.ops, held_out=seed >= EVAL_SEED_BASE)
     question, answer = split[random.Random(seed).randrange(len(split))]
     return {"question": question, "answer": answer}
 

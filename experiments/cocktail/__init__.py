@@ -1,14 +1,15 @@
 """cocktail: several single-episode tasks trained into one policy, mixed by per-task ratios.
 
-``make_instance(seed)`` draws a sub-task by weight from :data:`MIX` (seeded, so the same seed
+``make_instance(seed)`` draws a sub-task by weight from the mix (seeded, so the same seed
 gives the same sub-task and instance) and returns ``{"task": name, "instance": sub_instance,
 "seed": sub_seed}``; the worker records the episode under ``instance["task"]``, so per-task
 metrics stay separate. ``run_episode`` delegates to that task's ``run_episode``.
 
-The mix is module state, set before workers start: ``configure({"echo": 1, "math": 3})``
-(weights need not sum to 1), or ``configure()`` to restore :data:`DEFAULT_MIX`. No
-environment variables are read. Multi-agent tasks (``run_multiagent`` only) cannot be
-mixed in. This module has no reward of its own: each sub-task's reward is reported as is.
+The mix is ``task.options.mix`` (:class:`Options`; weights need not sum to 1), :data:`DEFAULT_MIX`
+when unset; its sub-tasks are loaded when the run is checked (:meth:`Options.check`). No environment
+variables are read. Multi-agent tasks (``run_multiagent`` only) cannot be mixed in. This module has
+no reward of its own: each sub-task's reward is reported as is (each sub-task runs on its own default
+options).
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from swarm.client.task import AgentLLM, TaskPackage, load_task
+from pydantic import Field, field_validator
 
-__all__ = ["DEFAULT_MIX", "MIX", "check_options", "configure", "make_instance", "run_episode", "pick_task"]
+from swarm.client import AgentLLM, TaskOptions, TaskPackage, load_task
+
+__all__ = ["DEFAULT_MIX", "Options", "make_instance", "run_episode", "pick_task"]
 
 DEFAULT_MIX: dict[str, float] = {"echo": 0.5, "math": 0.5}
-MIX: dict[str, float] = dict(DEFAULT_MIX)
 _TASKS: dict[str, TaskPackage] = {}
 
 
@@ -34,41 +36,39 @@ def _task(name: str) -> TaskPackage:
     return _TASKS[name]
 
 
-def _valid_mix(mix: dict[str, float] | None) -> dict[str, float]:
-    """``mix`` (``None``: the default) as floats, after checking every task and weight."""
-    mix = dict(DEFAULT_MIX if mix is None else mix)
-    if not mix:
-        raise ValueError("cocktail: the mix is empty; give at least one task, e.g. {'echo': 1.0}")
-    for name, weight in mix.items():
-        if name == "cocktail":
-            raise ValueError("cocktail: a cocktail cannot contain itself")
-        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or weight < 0:
-            raise ValueError(f"cocktail: weight of {name!r} must be a number >= 0, got {weight!r}")
-        _task(name)
-    if sum(mix.values()) <= 0:
-        raise ValueError("cocktail: all weights are 0; give at least one task a positive weight")
-    return {k: float(v) for k, v in mix.items()}
+class Options(TaskOptions):
+    """``task.options``: ``mix``, task name -> weight (numbers >= 0, at least one positive)."""
 
+    mix: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_MIX))
 
-def check_options(options: dict[str, Any]) -> None:
-    """Refuse a bad mix at start-up, before any worker runs (the flow calls it; MIX is not changed)."""
-    unknown = sorted(set(options) - {"mix"})
-    if unknown:
-        raise ValueError(f"cocktail: unknown option(s) {unknown}; its only option is mix")
-    _valid_mix(options.get("mix"))
+    @field_validator("mix", mode="before")
+    @classmethod
+    def _weights(cls, mix: Any) -> Any:
+        if not isinstance(mix, dict):
+            return mix  # the type's own message
+        if not mix:
+            raise ValueError("the mix is empty; give at least one task, e.g. {echo: 1.0}")
+        for name, weight in mix.items():
+            if name == "cocktail":
+                raise ValueError("a cocktail cannot contain itself")
+            if not isinstance(weight, (int, float)) or isinstance(weight, bool) or weight < 0:
+                raise ValueError(f"weight of {name!r} must be a number >= 0, got {weight!r}")
+        if sum(mix.values()) <= 0:
+            raise ValueError("all weights are 0; give at least one task a positive weight")
+        return mix
 
-
-def configure(mix: dict[str, float] | None = None) -> dict[str, float]:
-    """Set the mixing weights (``None``: the default); validates every task; returns the mix in use."""
-    valid = _valid_mix(mix)
-    MIX.clear()
-    MIX.update(valid)
-    return dict(MIX)
+    def check(self) -> None:
+        """Every task of the mix loads and has a ``run_episode``."""
+        for name in self.mix:
+            try:
+                _task(name)
+            except ValueError as exc:
+                raise ValueError(f"task.options.mix: {exc}") from None
 
 
 def pick_task(seed: int, mix: dict[str, float] | None = None) -> tuple[str, int]:
     """(sub-task name, sub-instance seed) for a seed: a weighted draw, then an independent seed."""
-    mix = MIX if mix is None else mix
+    mix = Options.current().mix if mix is None else mix
     rng = random.Random(f"cocktail-{seed}")
     names = sorted(mix)  # sorted: the draw must not depend on dict insertion order
     name = rng.choices(names, weights=[mix[n] for n in names])[0]

@@ -10,33 +10,25 @@ from __future__ import annotations
 import random
 from typing import Any, Literal
 
-from pydantic import BaseModel
-
 from experiments.echo.loops import LOOPS, require
 from experiments.echo.reward import echo_reward
-from swarm.client.task import AgentLLM, task_options
+from swarm.client import AgentLLM, TaskOptions
 
-__all__ = ["WORDS", "VERBS", "Options", "configure", "make_instance", "run_episode", "echo_reward"]
+__all__ = ["WORDS", "VERBS", "Options", "make_instance", "run_episode", "echo_reward"]
 
 WORDS = ("apple", "river", "stone", "cloud", "tiger", "piano", "lemon", "candle",
          "garden", "rocket", "silver", "window", "forest", "button", "planet", "castle")
 VERBS = ("say", "repeat", "echo")
 
 
-class Options(BaseModel):
+class Options(TaskOptions):
     """``task.options``: ``loop``, the client stack that sends the turn (see :mod:`experiments.echo.loops`)."""
 
     loop: Literal["openai", "langchain", "langgraph", "httpx"] = "openai"
 
-
-OPTIONS = Options()  # set by configure() once per worker
-
-
-def configure(**options: Any) -> None:
-    """Task options (``task.options.loop=httpx``), validated; the loop's framework is imported now (clear error)."""
-    global OPTIONS
-    OPTIONS = task_options(__name__, options)
-    require(OPTIONS.loop)
+    def check(self) -> None:
+        """The loop's framework imports (ImportError naming the package to install otherwise)."""
+        require(self.loop)
 
 
 def make_instance(seed: int) -> dict[str, Any]:
@@ -47,5 +39,5 @@ def make_instance(seed: int) -> dict[str, Any]:
 
 def run_episode(instance: dict[str, Any], llm: AgentLLM) -> dict[str, float]:
     """One turn through the configured loop (the OpenAI SDK by default): ask, read the reply, score it."""
-    reply = LOOPS[OPTIONS.loop]([{"role": "user", "content": f"{instance['verb']} {instance['word']}"}], llm)
+    reply = LOOPS[Options.current().loop]([{"role": "user", "content": f"{instance['verb']} {instance['word']}"}], llm)
     return echo_reward(reply, instance["word"])

@@ -23,7 +23,7 @@ __all__ = ["LOOPS", "LoopUnavailable", "require", "openai_loop", "langchain_loop
 Messages = list[dict[str, Any]]
 
 
-class LoopUnavailable(RuntimeError):
+class LoopUnavailable(ImportError):
     """A loop's framework cannot be imported; the message names the package to install."""
 
 

@@ -14,12 +14,16 @@ from experiments.math.agent import solve
 from experiments.math.calculator import CALCULATOR_TOOL, evaluate, run_calculator
 from experiments.math.problems import make_problem
 from experiments.math.reward import TOOL_BONUS, math_reward, parse_final_number
-from swarm.client.task import AgentLLM
+from swarm.client import AgentLLM, TaskOptions
 
-__all__ = ["MAX_TURNS", "make_instance", "run_episode", "math_reward", "parse_final_number", "evaluate",
+__all__ = ["MAX_TURNS", "Options", "make_instance", "run_episode", "math_reward", "parse_final_number", "evaluate",
            "run_calculator", "CALCULATOR_TOOL", "TOOL_BONUS"]
 
 MAX_TURNS = 4
+
+
+class Options(TaskOptions):
+    """``task.options``: none (the task has no knobs, so any key is refused)."""
 
 
 def make_instance(seed: int) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from experiments.openenv.options import EnvOptions, library
+from experiments.openenv.options import Options, library
 from experiments.openenv.reward import episode_reward
 from swarm.client.task import AgentLLM
 
@@ -85,7 +85,7 @@ def _gate(url: str, sessions: int) -> threading.BoundedSemaphore:
         return _GATES.setdefault((url, sessions), threading.BoundedSemaphore(sessions))
 
 
-def play(url: str, llm: AgentLLM, opts: EnvOptions, seed: int, sessions: int = 1) -> dict[str, float]:
+def play(url: str, llm: AgentLLM, opts: Options, seed: int, sessions: int = 1) -> dict[str, float]:
     """One episode on the server at ``url``: reward parts (:func:`episode_reward`) and ``turns``, ``done``."""
     field = action_field(server_schema(url)["action"], opts.action_field)
     base = [{"role": "system", "content": opts.system_prompt}] if opts.system_prompt else []

@@ -12,64 +12,68 @@ from __future__ import annotations
 import importlib
 import inspect
 import typing
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Literal
 
-__all__ = ["PIP_HINT", "DEFAULT_ENV", "REWARDS", "EnvOptions", "library", "env_types"]
+from pydantic import Field, ValidationInfo, field_validator
+
+from swarm.client import TaskOptions
+from swarm.client.options import import_optional
+
+__all__ = ["PIP_HINT", "DEFAULT_ENV", "REWARDS", "Options", "library", "env_types"]
 
 PIP_HINT = "pip install 'swarmpool[envs]' (or: pip install openenv-core==0.3.0)"
 DEFAULT_ENV = "experiments.openenv.echo_rounds:EchoRoundsEnv"
-REWARDS = ("sum", "last")
+Reward = Literal["sum", "last"]
+REWARDS: tuple[str, ...] = typing.get_args(Reward)
 _STARTED_SESSIONS = 64  # sessions of a task-started server whose environment allows concurrent sessions
 
 
 def library() -> ModuleType:
     """``openenv``, imported on first use; ImportError naming the pip command when it is absent."""
-    try:
-        return importlib.import_module("openenv")
-    except ModuleNotFoundError as exc:
-        raise ImportError(f"the openenv task needs the openenv-core library: {PIP_HINT}") from exc
+    return import_optional("openenv", f"the openenv task needs the openenv-core library: {PIP_HINT}")
 
 
-@dataclass(frozen=True)
-class EnvOptions:
+class Options(TaskOptions):
     """Task options (``task.options``); the README lists each key."""
 
-    env: str = DEFAULT_ENV      # module:Class of an openenv Environment, served by the task itself
-    url: str | None = None      # or the http(s):// URL of a running openenv server (then env is unused)
-    max_turns: int = 16         # an episode still running after this many steps ends (truncated)
-    reward: str = "sum"         # the episode's reward: sum of the step rewards (the return) or the last one
+    url: str | None = None      # the http(s):// URL of a running openenv server (then env is unused)
+    env: str = DEFAULT_ENV      # or module:Class of an openenv Environment, served by the task itself
+    max_turns: int = Field(default=16, ge=1)  # an episode still running after this many steps ends (truncated)
+    reward: Reward = "sum"      # the episode's reward: sum of the step rewards (the return) or the last one
     prompt_field: str = ""      # observation field shown to the policy; "" = "prompt", else its only text field
     action_field: str = ""      # action field the reply fills; "" = the action schema's only text field
     system_prompt: str = ""     # a system message before the first observation ("" = none)
     history: bool = True        # the chat keeps earlier turns (False: only the latest observation)
-    max_sessions: int | None = None  # episodes of one worker process open on the server at once (None: see sessions())
+    max_sessions: int | None = Field(default=None, ge=1)  # episodes of one worker process open on the server at
+    #                                                       once (None: see sessions())
 
+    @field_validator("url")
     @classmethod
-    def from_options(cls, options: dict[str, Any] | None) -> EnvOptions:
-        """Validate a plain dict; unknown keys and bad values raise ValueError naming the key and the fix."""
-        opts = dict(options or {})
-        unknown = sorted(set(opts) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"openenv: unknown option(s) {unknown}; known: {sorted(cls.__dataclass_fields__)}")
-        o = cls(**opts)
-        if o.url is not None and not (isinstance(o.url, str) and o.url.startswith(("http://", "https://"))):
-            raise ValueError(f"openenv: url={o.url!r}; give the server's http:// or https:// base URL, "
-                             "or leave it null to serve task.options.env here")
-        if o.url is None and not (isinstance(o.env, str) and o.env.count(":") == 1 and all(o.env.split(":"))):
-            raise ValueError(f"openenv: env={o.env!r}; name an openenv Environment class as module:Class, "
-                             f"e.g. {DEFAULT_ENV}")
-        if not isinstance(o.max_turns, int) or o.max_turns < 1:
-            raise ValueError(f"openenv: max_turns={o.max_turns!r}; use an integer >= 1")
-        if o.reward not in REWARDS:
-            raise ValueError(f"openenv: reward={o.reward!r}; use one of {REWARDS}")
-        if o.max_sessions is not None and (not isinstance(o.max_sessions, int) or o.max_sessions < 1):
-            raise ValueError(f"openenv: max_sessions={o.max_sessions!r}; use an integer >= 1 or null")
-        for key in ("prompt_field", "action_field", "system_prompt"):
-            if not isinstance(getattr(o, key), str):
-                raise ValueError(f"openenv: {key}={getattr(o, key)!r}; use a string")
-        return o
+    def _url(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError("give the server's http:// or https:// base URL, or leave it null to serve "
+                             "task.options.env here")
+        return url
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: str, info: ValidationInfo) -> str:
+        if info.data.get("url") is None and not (env.count(":") == 1 and all(env.split(":"))):
+            raise ValueError(f"name an openenv Environment class as module:Class, e.g. {DEFAULT_ENV}")
+        return env
+
+    def check(self) -> None:
+        """The library imports, and the environment class can be served or the server at ``url`` answers, with
+        an action that takes the reply's text (starts no server)."""
+        from experiments.openenv.episode import action_field, server_schema
+
+        library()
+        if self.url is None:
+            _, action_cls, _ = env_types(self.env)
+            action_field(action_cls.model_json_schema(), self.action_field)
+        else:
+            action_field(server_schema(self.url)["action"], self.action_field)
 
     def sessions(self, concurrent: bool = True) -> int:
         """Episodes open at once: ``max_sessions``, else 64 on a task-started server whose environment allows

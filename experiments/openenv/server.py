@@ -1,8 +1,8 @@
 """The openenv server a task starts for itself: openenv's ``create_app`` under uvicorn on 127.0.0.1.
 
 :func:`serve` starts, once per worker process and environment, the app openenv's own ``create_app``
-builds for the environment class, in a :class:`swarm.stack.ServerThread` (uvicorn in a daemon thread,
-a free loopback port), and returns its URL. The server lives in the worker's process, so it ends with
+builds for the environment class, under uvicorn in a daemon thread on a free loopback port
+(:class:`_Server`), and returns its URL. The server lives in the worker's process, so it ends with
 it whatever ends the run (the flow's end, Ctrl-C, SIGTERM, a killed ``runner=process`` worker);
 :func:`stop_servers` stops it cleanly first, and runs at interpreter exit. A server given by
 ``task.options.url`` is never started or stopped here.
@@ -11,16 +11,50 @@ it whatever ends the run (the flow's end, Ctrl-C, SIGTERM, a killed ``runner=pro
 from __future__ import annotations
 
 import atexit
+import socket
 import threading
+import time
 from typing import Any
 
-from experiments.openenv.options import EnvOptions, env_types, library
-from swarm.stack import ServerThread
+import uvicorn
+
+from experiments.openenv.options import Options, env_types, library
 
 __all__ = ["serve", "running", "stop_servers"]
 
+
+class _Server:
+    """An ASGI app under uvicorn in a daemon thread, on a loopback socket bound before it starts (no port race)."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1") -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, 0))
+        self.url = f"http://{host}:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       name=f"openenv-{self.url.rsplit(':', 1)[1]}", daemon=True)
+
+    def start(self, timeout_s: float = 30.0) -> _Server:
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError(f"openenv server on {self.url} failed to start (see the log above)")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"openenv server on {self.url} did not start within {timeout_s}s")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+        self.sock.close()
+
+
 _LOCK = threading.Lock()
-_SERVERS: dict[tuple[str, int], ServerThread] = {}
+_SERVERS: dict[tuple[str, int], _Server] = {}
 
 
 class _QuietClose:
@@ -40,7 +74,7 @@ class _QuietClose:
                 raise
 
 
-def serve(opts: EnvOptions) -> tuple[str, int]:
+def serve(opts: Options) -> tuple[str, int]:
     """(URL, sessions) of this process's server for ``opts.env``, started on first use with ``opts.sessions()``
     concurrent sessions (1 for an environment that does not declare ``SUPPORTS_CONCURRENT_SESSIONS``)."""
     library()
@@ -53,7 +87,7 @@ def serve(opts: EnvOptions) -> tuple[str, int]:
             from openenv.core.env_server import create_app
 
             app = create_app(cls, action_cls, observation_cls, max_concurrent_envs=sessions)
-            server = _SERVERS[key] = ServerThread(_QuietClose(app)).start()
+            server = _SERVERS[key] = _Server(_QuietClose(app)).start()
         return server.url, sessions
 
 

@@ -9,52 +9,34 @@ episode's OpenAI endpoint; the reply is scored by the generator's ``score_answer
 Held-out eval: the worker hands ``kind`` to ``run_multiagent`` (used here for one seat only, because
 it is the hook that receives the episode kind), so eval groups draw from a seed range that training
 never reaches (:mod:`experiments.reasoning_gym.gym`). ``run_episode`` (cocktail mixing, the research
-agent's dry runs) always plays the training split. The library is imported on first use; without
-it, ``check_options`` refuses the run with the pip command to install it.
+agent's dry runs) always plays the training split. The options are :class:`Options`; the library is
+imported on first use, and without it the run is refused at start-up with the pip command (``Options.check``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from experiments.reasoning_gym.gym import PIP_HINT, SPLITS, GymOptions, generator_names, item, library, split_seed
+from experiments.reasoning_gym.gym import PIP_HINT, SPLITS, Options, generator_names, item, library, split_seed
 from experiments.reasoning_gym.reward import extract_answer, gym_reward
-from swarm.client.task import AgentLLM
+from swarm.client import AgentLLM
 from swarm.client.worker import episode_llm
 
-__all__ = ["OPTIONS", "GymOptions", "PIP_HINT", "SPLITS", "check_options", "configure", "make_instance",
-           "run_episode", "run_multiagent", "play", "gym_reward", "extract_answer", "generator_names", "item",
-           "split_seed"]
+__all__ = ["Options", "PIP_HINT", "SPLITS", "make_instance", "run_episode", "run_multiagent", "play", "gym_reward",
+           "extract_answer", "generator_names", "item", "library", "split_seed"]
 
 TASK = "reasoning_gym"
-OPTIONS = GymOptions()  # set by configure() in each worker process
-
-
-def check_options(options: dict[str, Any]) -> None:
-    """Refuse bad options, a missing library or a generator that rejects its config, before a run starts."""
-    opts = GymOptions.from_options(options)
-    try:
-        library()
-    except ImportError as exc:
-        raise ValueError(str(exc)) from None
-    item(opts, 0, "train")  # builds the generator: an unknown name or a refused config fails here
-
-
-def configure(**options: Any) -> GymOptions:
-    """Set this process's generator settings (the worker calls it with ``task.options``); returns them."""
-    global OPTIONS
-    OPTIONS = GymOptions.from_options(options)
-    return OPTIONS
 
 
 def make_instance(seed: int) -> dict[str, Any]:
     """``{"seed", "dataset", "split", "question", "answer"}``: the training-split entry of this seed."""
-    entry, _ = item(OPTIONS, seed, "train")
-    return {"seed": int(seed), "dataset": OPTIONS.dataset, "split": "train", "question": entry["question"],
+    opts = Options.current()
+    entry, _ = item(opts, seed, "train")
+    return {"seed": int(seed), "dataset": opts.dataset, "split": "train", "question": entry["question"],
             "answer": str(entry["answer"])}
 
 
-def play(entry: dict[str, Any], dataset: Any, llm: AgentLLM, options: GymOptions) -> dict[str, float]:
+def play(entry: dict[str, Any], dataset: Any, llm: AgentLLM, options: Options) -> dict[str, float]:
     """Ask the entry's question in one chat call and score the reply; returns the reward parts."""
     system = options.prompt_text()
     messages = ([{"role": "system", "content": system}] if system else []) + [
@@ -65,14 +47,15 @@ def play(entry: dict[str, Any], dataset: Any, llm: AgentLLM, options: GymOptions
 
 def run_episode(instance: dict[str, Any], llm: AgentLLM) -> dict[str, float]:
     """One episode on the instance's split (training unless the instance says otherwise)."""
-    entry, dataset = item(OPTIONS, int(instance["seed"]), str(instance.get("split", "train")))
-    return play(entry, dataset, llm, OPTIONS)
+    opts = Options.current()
+    entry, dataset = item(opts, int(instance["seed"]), str(instance.get("split", "train")))
+    return play(entry, dataset, llm, opts)
 
 
 def run_multiagent(instance: dict[str, Any], client: Any, group_id: str, cfg: Any, kind: str = "train"
                    ) -> dict[str, float]:
     """One episode (one seat) whose entry comes from the eval split when ``kind`` is "eval"."""
-    opts = GymOptions.from_options(cfg.options) if getattr(cfg, "options", None) else OPTIONS
+    opts = Options.current()
     split = "eval" if kind == "eval" else "train"
     seed = int(instance["seed"])
     entry, dataset = item(opts, seed, split)

@@ -18,11 +18,15 @@ from __future__ import annotations
 import functools
 import importlib
 import json
-from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-__all__ = ["PIP_HINT", "SPLITS", "PREBUILT", "GymOptions", "library", "generator_names", "item", "split_seed"]
+from pydantic import Field, ValidationInfo, field_validator
+
+from swarm.client import TaskOptions
+from swarm.client.options import import_optional
+
+__all__ = ["PIP_HINT", "SPLITS", "PREBUILT", "Options", "library", "generator_names", "item", "split_seed"]
 
 PIP_HINT = "pip install 'swarmpool[envs]' (or: pip install reasoning-gym==0.1.25)"
 SPLITS = ("train", "eval")
@@ -32,10 +36,7 @@ PREBUILT = frozenset({"acre", "gsm_symbolic", "list_functions"})  # build `size`
 
 def library() -> ModuleType:
     """``reasoning_gym``, imported on first use; ImportError naming the pip command when it is absent."""
-    try:
-        return importlib.import_module("reasoning_gym")
-    except ModuleNotFoundError as exc:
-        raise ImportError(f"the reasoning_gym task needs the reasoning-gym library: {PIP_HINT}") from exc
+    return import_optional("reasoning_gym", f"the reasoning_gym task needs the reasoning-gym library: {PIP_HINT}")
 
 
 def generator_names() -> list[str]:
@@ -44,33 +45,24 @@ def generator_names() -> list[str]:
     return sorted(importlib.import_module("reasoning_gym.factory").DATASETS)
 
 
-@dataclass(frozen=True)
-class GymOptions:
+class Options(TaskOptions):
     """Task options (``task.options``); the README lists each key."""
 
-    dataset: str = "basic_arithmetic"
-    config: dict[str, dict[str, Any]] = field(default_factory=dict)  # generator -> its config fields (not seed/size)
+    dataset: str = Field(default="basic_arithmetic", min_length=1)  # a generator name, e.g. basic_arithmetic
+    config: dict[str, dict[str, Any]] = Field(default_factory=dict)  # generator -> its config fields (not seed/size)
     system_prompt: str = ""   # "" none; a key of reasoning_gym.utils.SYSTEM_PROMPTS ("direct", ...); or the text
     answer_tags: bool = False  # True: only an <answer>...</answer> span is scored; False: else the whole reply
 
+    @field_validator("config")
     @classmethod
-    def from_options(cls, options: dict[str, Any] | None) -> GymOptions:
-        """Validate a plain dict (unknown keys, a generator reasoning-gym lacks, bad generator config)."""
-        opts = dict(options or {})
-        unknown = sorted(set(opts) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"reasoning_gym: unknown option(s) {unknown}; known: {sorted(cls.__dataclass_fields__)}")
-        config = opts.get("config") or {}
-        if not isinstance(config, dict) or not all(isinstance(v, dict) for v in config.values()):
-            raise ValueError("reasoning_gym: task.options.config maps a generator name to its config fields, "
-                             f"e.g. {{spell_backward: {{max_word_len: 5}}}}; got {config!r}")
-        o = cls(**{**opts, "config": {k: dict(v) for k, v in config.items()}})
-        if not isinstance(o.dataset, str) or not o.dataset:
-            raise ValueError("reasoning_gym: task.options.dataset must name a generator, e.g. basic_arithmetic")
-        if {"seed", "size"} & set(o.generator_config()):
-            raise ValueError("reasoning_gym: task.options.config must not set seed or size (the adapter seeds items; "
-                             "the worker's seed picks the entry)")
-        return o
+    def _no_seed_or_size(cls, config: dict[str, dict[str, Any]], info: ValidationInfo) -> dict[str, dict[str, Any]]:
+        if {"seed", "size"} & set(config.get(info.data.get("dataset", ""), {})):
+            raise ValueError("must not set seed or size (the adapter seeds items; the worker's seed picks the entry)")
+        return config
+
+    def check(self) -> None:
+        """The library imports and the generator accepts its config (an unknown name or a refused config fails)."""
+        item(self, 0, "train")
 
     def generator_config(self) -> dict[str, Any]:
         """The chosen generator's config fields (``config[dataset]``; none: the generator's defaults)."""
@@ -94,7 +86,7 @@ def _base(split: str) -> int:
     return _INDEX_SPAN if split == "eval" else 0
 
 
-def split_seed(options: GymOptions, seed: int, split: str) -> int:
+def split_seed(options: Options, seed: int, split: str) -> int:
     """The reasoning-gym entry seed (``dataset.seed + idx``) a worker seed maps to in ``split``."""
     return _base(split) + int(seed) % len(_dataset(options.key(), split))
 
@@ -117,7 +109,7 @@ def _dataset(key: str, split: str) -> Any:
         raise ValueError(f"reasoning_gym: generator {name!r} refuses config {config!r}: {exc}") from None
 
 
-def item(options: GymOptions, seed: int, split: str = "train") -> tuple[dict[str, Any], Any]:
+def item(options: Options, seed: int, split: str = "train") -> tuple[dict[str, Any], Any]:
     """(entry, dataset) for a worker seed in ``split``: the dataset scores replies to the entry."""
     dataset = _dataset(options.key(), split)
     return dataset[int(seed) % len(dataset)], dataset

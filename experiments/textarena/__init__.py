@@ -6,31 +6,21 @@ game that lists its legal moves) or a frozen policy (``policy:<name>``). The gam
 (``textarena.make``); its observations go to the policy through the seat's episode
 (:mod:`experiments.textarena.players`), its result is the reward (:mod:`experiments.textarena.reward`).
 Each episode reports ``win``, so the flow logs ``episodes/win`` and ``eval/win`` and the run's summary
-the eval win rate (``summary/eval_win_*``). The library is imported on first use; without it
-``check_options`` refuses the run with the pip command to install it.
+the eval win rate (``summary/eval_win_*``). The options are :class:`Options`; the library is imported on
+first use, and without it the run is refused at start-up with the pip command (``Options.check``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from experiments.textarena.arena import PIP_HINT, ArenaOptions, action_of, check_env, legal_moves, library, move_schema
+from experiments.textarena.arena import PIP_HINT, Options, action_of, check_env, legal_moves, library, move_schema
 from experiments.textarena.game import play, run_multiagent
 from experiments.textarena.players import LLMSeat, RandomPlayer, TicTacToeHeuristic
 from experiments.textarena.reward import seat_reward
 
-__all__ = ["make_instance", "run_multiagent", "check_options", "play", "ArenaOptions", "LLMSeat", "RandomPlayer",
-           "TicTacToeHeuristic", "seat_reward", "legal_moves", "move_schema", "action_of", "PIP_HINT"]
-
-
-def check_options(options: dict[str, Any]) -> None:
-    """Refuse bad options, a missing library or an unknown / not two-player game before a run starts."""
-    opts = ArenaOptions.from_options(options)
-    try:
-        library()
-    except ImportError as exc:
-        raise ValueError(str(exc)) from None
-    check_env(opts.env_id, opts.opponent)
+__all__ = ["Options", "make_instance", "run_multiagent", "play", "LLMSeat", "RandomPlayer", "TicTacToeHeuristic",
+           "seat_reward", "check_env", "legal_moves", "library", "move_schema", "action_of", "PIP_HINT"]
 
 
 def make_instance(seed: int) -> dict[str, Any]:

@@ -12,55 +12,50 @@ from __future__ import annotations
 
 import importlib
 import re
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["PIP_HINT", "OPPONENTS", "ArenaOptions", "library", "legal_moves", "move_schema", "action_of"]
+from pydantic import Field, ValidationInfo, field_validator
+
+from swarm.client import TaskOptions
+from swarm.client.options import import_optional
+
+__all__ = ["PIP_HINT", "OPPONENTS", "Options", "library", "check_env", "legal_moves", "move_schema", "action_of"]
 
 PIP_HINT = "pip install 'swarmpool[envs]' (or: pip install textarena==0.7.4)"
 OPPONENTS = ("heuristic", "random")  # or "policy:<name>", a frozen policy served by the gateway
-SEATS = ("alternate", 0, 1)
 _MOVES_LINE = re.compile(r"(?:available|valid|legal) (?:moves|actions)\s*:?\s*(.*)$", re.I | re.M)
 _BRACKETED = re.compile(r"\[([^\[\]\n]{1,40})\]")
 
 
 def library() -> ModuleType:
     """``textarena``, imported on first use; ImportError naming the pip command when it is absent."""
-    try:
-        return importlib.import_module("textarena")
-    except ModuleNotFoundError as exc:
-        raise ImportError(f"the textarena task needs the TextArena library: {PIP_HINT}") from exc
+    return import_optional("textarena", f"the textarena task needs the TextArena library: {PIP_HINT}")
 
 
-@dataclass
-class ArenaOptions:
+class Options(TaskOptions):
     """Task options (``task.options``); the README lists each key."""
 
     env_id: str = "TicTacToe-v0-train"
-    opponent: str = "heuristic"
-    trainable_player: str | int = "alternate"  # alternate: seat seed % 2, so the policy plays both sides
+    opponent: str = "heuristic"  # heuristic (TicTacToe) | random | policy:<name>
+    trainable_player: Literal["alternate", 0, 1] = "alternate"  # alternate: seat seed % 2, so the policy plays both
     constrained: bool = True  # ask for one of the listed legal moves with a strict JSON schema
-    max_turns: int = 200      # a game still running after this many moves ends as a draw (timeout)
+    max_turns: int = Field(default=200, ge=1)  # a game still running after this many moves ends as a draw (timeout)
 
+    @field_validator("opponent")
     @classmethod
-    def from_options(cls, options: dict[str, Any] | None) -> ArenaOptions:
-        """Validate a plain dict; unknown keys and bad values raise ValueError naming the key and the fix."""
-        opts = dict(options or {})
-        unknown = sorted(set(opts) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"textarena: unknown option(s) {unknown}; known: {sorted(cls.__dataclass_fields__)}")
-        o = cls(**opts)
-        if o.opponent not in OPPONENTS and not (o.opponent.startswith("policy:") and len(o.opponent) > 7):
-            raise ValueError(f"textarena: opponent={o.opponent!r}; use one of {OPPONENTS} or 'policy:<name>'")
-        if o.opponent == "heuristic" and not o.env_id.startswith("TicTacToe-"):
-            raise ValueError(f"textarena: the heuristic opponent plays TicTacToe only; for {o.env_id} use "
-                             "opponent=random (games that list their legal moves) or opponent=policy:<name>")
-        if o.trainable_player not in SEATS:
-            raise ValueError(f"textarena: trainable_player={o.trainable_player!r}; use one of {SEATS}")
-        if int(o.max_turns) < 1:
-            raise ValueError(f"textarena: max_turns={o.max_turns!r}; use an integer >= 1")
-        return o
+    def _opponent(cls, opponent: str, info: ValidationInfo) -> str:
+        if opponent not in OPPONENTS and not (opponent.startswith("policy:") and len(opponent) > 7):
+            raise ValueError(f"use one of {OPPONENTS} or 'policy:<name>'")
+        env_id = info.data.get("env_id", "")
+        if opponent == "heuristic" and env_id and not env_id.startswith("TicTacToe-"):
+            raise ValueError(f"the heuristic opponent plays TicTacToe only; for {env_id} use opponent=random "
+                             "(games that list their legal moves) or opponent=policy:<name>")
+        return opponent
+
+    def check(self) -> None:
+        """The library imports and ``env_id`` is a two-player game that loads here (see :func:`check_env`)."""
+        check_env(self.env_id, self.opponent)
 
     def seat(self, seed: int) -> int:
         """The trained player's id in the game of ``seed``."""

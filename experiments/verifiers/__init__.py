@@ -11,64 +11,49 @@ environment may drive several turns (its ``Env.run`` through ``interaction()``) 
 model call. The example environments (:mod:`experiments.verifiers.echo_env`, one call;
 :mod:`experiments.verifiers.lookup_env`, a tool call and a feedback turn) are built offline. verifiers 0.4.0
 needs ``openai<3`` and cannot share the project's venv (docs/environments.md); it is imported on first
-use, and without it ``check_options`` refuses the run with the pip command.
+use, and without it the run is refused at start-up with the pip command (:meth:`Options.check`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from swarm.client.task import AgentLLM
+from pydantic import Field
 
-__all__ = ["DEFAULT_ENV", "OPTIONS", "check_options", "configure", "make_instance", "run_episode"]
+from swarm.client import AgentLLM, TaskOptions
+
+__all__ = ["DEFAULT_ENV", "Options", "make_instance", "run_episode"]
 
 DEFAULT_ENV = "experiments.verifiers.echo_env"
-OPTIONS: dict[str, Any] = {"env": DEFAULT_ENV, "tool_choice": None}
 
 
-def _valid(options: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise ValueError(f"verifiers: unknown option(s) {unknown}; its options are {sorted(OPTIONS)}")
-    env = options.get("env", DEFAULT_ENV)
-    if not isinstance(env, str) or not env:
-        raise ValueError("verifiers: task.options.env names a taskset module, e.g. experiments.verifiers.echo_env")
-    choice = options.get("tool_choice")
-    if choice is not None and (not isinstance(choice, str) or not choice):
-        raise ValueError("verifiers: task.options.tool_choice is auto, required, none or a tool's name (the first "
-                         "model call's tool_choice; unset: the environment's seat decides, else auto)")
-    return {"env": env, "tool_choice": choice}
+class Options(TaskOptions):
+    """Task options (``task.options``); the README lists each key."""
 
+    env: str = Field(default=DEFAULT_ENV, min_length=1)  # the taskset module, e.g. experiments.verifiers.echo_env
+    tool_choice: str | None = Field(default=None, min_length=1)  # the first model call's tool_choice: auto, required,
+    #                                                               none or a tool's name (unset: the seat decides)
 
-def check_options(options: dict[str, Any]) -> None:
-    """Refuse unknown options, a missing library or an environment that does not load, before a run starts."""
-    from experiments.verifiers.rollout import library, rows, seats
+    def check(self) -> None:
+        """The library imports and the environment loads, has rows and one seat."""
+        from experiments.verifiers.rollout import library, rows, seats
 
-    opts = _valid(options)
-    try:
         library()
-    except ImportError as exc:
-        raise ValueError(str(exc)) from None
-    try:
-        if not rows(opts["env"]):
-            raise ValueError(f"verifiers: environment {opts['env']!r} has no rows")
-        roles = seats(opts["env"])
-    except (ImportError, TypeError, AttributeError) as exc:
-        raise ValueError(f"verifiers: environment {opts['env']!r} does not load: {exc}") from None
-    if len(roles) != 1:
-        raise ValueError(f"verifiers: environment {opts['env']!r} has seats {roles}; the adapter runs one-seat "
-                         "environments (every seat's calls would share the swarm episode's key and reward)")
-
-
-def configure(**options: Any) -> dict[str, Any]:
-    """Set this process's environment (the worker calls it with ``task.options``); returns the options."""
-    OPTIONS.update(_valid(options))
-    return dict(OPTIONS)
+        try:
+            if not rows(self.env):
+                raise ValueError(f"verifiers: environment {self.env!r} has no rows")
+            roles = seats(self.env)
+        except (ImportError, TypeError, AttributeError) as exc:
+            raise ValueError(f"verifiers: environment {self.env!r} does not load: {exc}") from None
+        if len(roles) != 1:
+            raise ValueError(f"verifiers: environment {self.env!r} has seats {roles}; the adapter runs one-seat "
+                             "environments (every seat's calls would share the swarm episode's key and reward)")
 
 
 def make_instance(seed: int) -> dict[str, Any]:
     """``{"seed", "env", "tool_choice"}``: the rollout plays row ``seed % rows`` of the environment's taskset."""
-    return {"seed": int(seed), "env": OPTIONS["env"], "tool_choice": OPTIONS["tool_choice"]}
+    opts = Options.current()
+    return {"seed": int(seed), "env": opts.env, "tool_choice": opts.tool_choice}
 
 
 def run_episode(instance: dict[str, Any], llm: AgentLLM) -> dict[str, float]:

@@ -15,9 +15,9 @@ from experiments.werewolves.heuristic import HeuristicPlayer
 from experiments.werewolves.llm_player import LLMPlayer
 from experiments.werewolves.parse import extract_json, parse_action
 from experiments.werewolves.reward import FORMAT_PENALTY, MAX_PENALTY, player_reward, side_reward
-from experiments.werewolves.task import WerewolvesOptions, check_options, run_multiagent
+from experiments.werewolves.task import Options, WerewolvesOptions, run_multiagent
 
-__all__ = ["make_instance", "run_multiagent", "check_options", "Game", "GameResult", "Action", "Decision", "HeuristicPlayer",
+__all__ = ["Options", "make_instance", "run_multiagent", "Game", "GameResult", "Action", "Decision", "HeuristicPlayer",
            "LLMPlayer", "WerewolvesOptions", "deal_roles", "winner_of", "extract_json", "parse_action",
            "player_reward", "side_reward", "FORMAT_PENALTY", "MAX_PENALTY", "MAX_ROUNDS", "SETUP"]
 

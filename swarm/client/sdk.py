@@ -6,7 +6,9 @@ OpenAI-compatible agent code, then end it with a reward.
         reply = ep.openai().chat.completions.create(model="default", messages=[...])
         ep.end(reward=1.0, correct=1)
 
-An exception inside the block aborts the episode and re-raises. The run control methods
+An exception inside the block aborts the episode and re-raises. A multi-agent game opens its seats'
+episodes through one :class:`EpisodeSet`, which heartbeats them together and aborts the open ones
+if the game fails. The run control methods
 (``control_status``, ``start_run``, ``pause``, ``resume``, ``retune``, ``stop_run``) drive the training run
 behind the gateway with the admin token (``admin_token``, default ``$SWARM_ADMIN_TOKEN``). Connection errors are retried
 with exponential backoff; HTTP errors are raised at once as :class:`ClientError` with the
@@ -19,6 +21,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import ItemsView, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -26,7 +29,7 @@ import httpx
 
 from swarm.errors import SwarmError
 
-__all__ = ["SwarmClient", "EpisodeHandle", "ClientError"]
+__all__ = ["SwarmClient", "EpisodeHandle", "EpisodeSet", "ClientError"]
 
 
 class ClientError(SwarmError, RuntimeError):
@@ -224,6 +227,72 @@ class EpisodeHandle:
                 pass  # the original exception matters more; the gateway abandons it on timeout
             return
         self.end()
+
+
+class EpisodeSet:
+    """The episodes one multi-agent game opens (one per LLM seat, keyed by seat), kept alive and ended together.
+
+        with EpisodeSet(client) as seats:
+            ep = seats.begin(player, task="werewolves", group_id=group_id, type="train")
+            ...  # the game loop calls seats.heartbeat() now and then
+            for player, ep in seats.items():
+                ep.end(reward=...)
+
+    Leaving the block by an exception aborts every episode not yet ended and re-raises; an abort that
+    fails is passed over (the game's error matters more; the gateway abandons the episode on its timeout).
+    """
+
+    def __init__(self, client: SwarmClient, heartbeat_s: float = 10.0) -> None:
+        self.client = client
+        self.heartbeat_s = heartbeat_s
+        self.episodes: dict[Any, EpisodeHandle] = {}
+        self._last_beat = time.monotonic()
+
+    def begin(self, seat: Any, task: str, **kwargs: Any) -> EpisodeHandle:
+        """Begin ``seat``'s episode (``kwargs`` as :meth:`SwarmClient.begin`)."""
+        ep = self.episodes[seat] = self.client.begin(task=task, **kwargs)
+        return ep
+
+    def heartbeat(self) -> None:
+        """Heartbeat the open episodes when ``heartbeat_s`` has passed since the last time (a long game must not
+        time its episodes out); cheap to call on every turn."""
+        if time.monotonic() - self._last_beat > self.heartbeat_s:
+            for ep in self.episodes.values():
+                if not ep.ended:
+                    ep.heartbeat()
+            self._last_beat = time.monotonic()
+
+    def abort_open(self) -> None:
+        """Abort every episode not yet ended; a failing abort is passed over (see the class docstring)."""
+        for ep in self.episodes.values():
+            if not ep.ended:
+                try:
+                    ep.abort()
+                except (ClientError, httpx.HTTPError):
+                    pass
+
+    def items(self) -> ItemsView[Any, EpisodeHandle]:
+        return self.episodes.items()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.episodes)
+
+    def __getitem__(self, seat: Any) -> EpisodeHandle:
+        return self.episodes[seat]
+
+    def __contains__(self, seat: object) -> bool:
+        return seat in self.episodes
+
+    def __len__(self) -> int:
+        return len(self.episodes)
+
+    def __enter__(self) -> EpisodeSet:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is not None:
+            self.abort_open()
 
 
 def _error_message(resp: httpx.Response) -> str:

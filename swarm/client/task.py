@@ -6,18 +6,18 @@ A task package is a module ``experiments.<name>`` (or any importable module path
 - ``run_episode(instance: dict, llm: AgentLLM) -> dict``: the agent workflow; it talks to the
   policy only through ``llm`` (an OpenAI base_url + api key) and returns reward parts, at least
   ``{"reward": float}``;
-- optionally ``Options``: a pydantic model of the task options (``task.options``); the run refuses
-  an unknown key (naming the close one) or a bad value before starting anything, and
-  :func:`task_options` gives the package the validated object (``configure(**options)`` may call it);
-- optionally ``configure(**options)``: called once per worker process with the task options;
-- optionally ``check_options(options: dict) -> None``: raises ValueError naming a bad option
-  (:func:`check_options`; without it or ``Options`` the options are bound to ``configure``'s signature);
 - or, for multi-agent tasks, ``run_multiagent(instance, client, group_id, cfg, kind) -> dict``: one
   game that opens its own episodes (one per LLM player) through ``client``
-  (:class:`swarm.client.sdk.SwarmClient`), ends them with their rewards, and returns the
-  trainable side's reward parts. ``cfg`` is the :class:`swarm.client.worker.WorkerConfig`
-  (``cfg.options`` holds task options such as a role -> policy map); ``kind`` is the episode
-  type ("train" or "eval") of the trainable seats.
+  (:class:`swarm.client.sdk.SwarmClient`; :class:`swarm.client.sdk.EpisodeSet` keeps them alive and
+  aborts them together), ends them with their rewards, and returns the trainable side's reward parts.
+  ``cfg`` is the :class:`swarm.client.worker.WorkerConfig`; ``kind`` is the episode type ("train" or
+  "eval") of the trainable seats;
+- ``Options``: its task options (``task.options``), a :class:`swarm.client.options.TaskOptions`
+  subclass, one typed field with a default per knob (an empty one when it has none). :func:`check_options`
+  validates ``task.options`` into it and runs its ``check()`` before a run starts; the worker makes the
+  validated object the process's ``Options.current()``, which the task's code reads. A package without
+  ``Options`` takes no options. (A package written before this may still define ``configure(**options)``:
+  the worker calls it with the validated options' values.)
 
 An instance may carry a ``"task"`` key naming the task its episodes are recorded under (a
 mixture task such as ``cocktail`` uses it so per-task metrics stay separate).
@@ -35,8 +35,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
-import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -44,7 +43,10 @@ from typing import Any
 
 import httpx
 
-__all__ = ["AgentLLM", "TaskPackage", "load_task", "check_options", "task_options", "code_version"]
+from swarm.client.options import TaskOptions, task_options, validate_options
+
+__all__ = ["AgentLLM", "TaskPackage", "TaskOptions", "load_task", "check_options", "configure_task", "task_options",
+           "code_version"]
 
 
 @dataclass
@@ -147,44 +149,28 @@ def load_task(name: str) -> TaskPackage:
     return TaskPackage(name.rsplit(".", 1)[-1], make_instance, run_episode, run_multiagent, mod, code_version(mod))
 
 
-def check_options(task: TaskPackage, options: dict[str, Any]) -> None:
-    """Raise ValueError when ``options`` cannot work for ``task``, before any worker starts.
-
-    The package's own ``check_options(options)`` decides when it has one; otherwise the options
-    must bind to ``configure``'s parameters (a task without either takes any options: its
-    ``run_multiagent`` reads ``cfg.options`` itself).
-    """
-    if hasattr(task.module, "Options"):
-        task_options(task.module, options)
-        return
-    own = getattr(task.module, "check_options", None)
-    if callable(own):
-        own(dict(options))
-        return
-    configure = getattr(task.module, "configure", None)
-    if callable(configure) and options:
+def check_options(task: TaskPackage, options: Mapping[str, Any] | None) -> Any:
+    """The task's ``Options`` validated from ``options`` and checked (its ``check()``: the library is
+    installed, the environment loads), before any worker starts; ValueError names each bad
+    ``task.options.<key>`` (and the close key for a mistyped one) or says what to install."""
+    opts = validate_options(getattr(task.module, "Options", TaskOptions), options)
+    check = getattr(opts, "check", None)
+    if callable(check):
         try:
-            inspect.signature(configure).bind(**options)
-        except TypeError as exc:
-            known = [n for n, p in inspect.signature(configure).parameters.items()
-                     if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
-            raise ValueError(f"{task.name}: {exc}; its options: {known}") from None
+            check()
+        except ImportError as exc:  # an optional library is absent: the message says what to install
+            raise ValueError(str(exc)) from None
+    return opts
 
 
-def task_options(module: ModuleType | str, options: dict[str, Any]) -> Any:
-    """``options`` validated into the task module's ``Options`` (a pydantic model; unknown keys are refused
-    whatever its ``extra`` setting); ValueError names the key and the close one."""
-    import difflib
-
-    import pydantic
-
-    module = importlib.import_module(module) if isinstance(module, str) else module
-    known = list(module.Options.model_fields)
-    errs = [f"{k}: unknown option{f' (did you mean {c[0]}?)' if (c := difflib.get_close_matches(k, known, 1, 0.6)) else ''}"
-            for k in options if k not in known]
-    try:
-        if not errs:
-            return module.Options.model_validate(dict(options))
-    except pydantic.ValidationError as exc:
-        errs = [f"{'.'.join(map(str, e['loc']))}={e.get('input')!r}: {e['msg']}" for e in exc.errors()]
-    raise ValueError(f"{module.__name__.rsplit('.', 1)[-1]}: {'; '.join(errs)}; its options: {known}")
+def configure_task(task: TaskPackage, options: Mapping[str, Any] | None) -> Any:
+    """:func:`check_options`, then make the result this process's ``Options.current()`` (the worker calls it
+    once at start); returns it. A package's own ``configure`` (the older shape) gets the options' values."""
+    opts = check_options(task, options)
+    use = getattr(opts, "use", None)
+    if callable(use):
+        use()
+    configure = getattr(task.module, "configure", None)
+    if callable(configure):
+        configure(**{name: getattr(opts, name) for name in type(opts).model_fields})
+    return opts

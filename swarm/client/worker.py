@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarm.client.sdk import ClientError, SwarmClient
-from swarm.client.task import AgentLLM, TaskPackage, load_task
+from swarm.client.task import AgentLLM, TaskPackage, configure_task, load_task
 
 __all__ = ["WorkerConfig", "episode_llm", "run_worker", "run_one_episode"]
 
@@ -46,7 +46,7 @@ class WorkerConfig:
     max_groups: int | None = None  # stop after this many groups (None: until stopped)
     token: str | None = None
     agree_every: int = 0  # post /v1/sync/agree after every k finished groups (C4/C5); 0 = never
-    options: dict[str, Any] = field(default_factory=dict)  # task-specific (role -> policy map, mix, ...)
+    options: dict[str, Any] = field(default_factory=dict)  # task.options: validated into the task's Options at start
     eval_only: bool = False  # every group is an eval group (flows.eval: a pinned version's held-out episodes)
     metadata: dict[str, Any] = field(default_factory=dict)  # added to every episode's metadata (flows.eval's tags)
     seeded: bool = False  # each chat call carries a sampling seed of (instance seed, group member, call): a seeding
@@ -108,9 +108,7 @@ def run_worker(cfg: WorkerConfig, stop: threading.Event | None = None) -> dict[s
     stop = stop or threading.Event()
     task = load_task(cfg.task)
     log.info("task %s code_version %s", task.name, task.code_version or "-")
-    configure = getattr(task.module, "configure", None)
-    if callable(configure) and cfg.options:
-        configure(**cfg.options)  # e.g. cocktail's mixing ratios
+    configure_task(task, cfg.options)  # validated once: the task's code reads Options.current()
     slots = _slots(cfg, stop)
     lock = threading.Lock()
     stats: dict[str, float] = {"episodes": 0, "failed": 0, "reward_sum": 0.0}

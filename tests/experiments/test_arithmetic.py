@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import experiments.arithmetic as arith
+from swarm.client.task import check_options, configure_task, load_task
 
 
 def test_held_out_problems_are_never_drawn_for_training() -> None:
@@ -16,14 +17,12 @@ def test_held_out_problems_are_never_drawn_for_training() -> None:
 
 
 def test_options_are_checked_and_applied() -> None:
-    with pytest.raises(ValueError, match="ops"):
-        arith.configure(ops="/")
-    try:
-        arith.configure(max_operand=19, ops="*")
-        inst = arith.make_instance(3)
-        assert " * " in inst["question"]
-    finally:
-        arith.configure()
+    task = load_task("arithmetic")
+    with pytest.raises(ValueError, match=r"task.options.ops=/"):
+        check_options(task, {"ops": "/"})
+    configure_task(task, {"max_operand": 19, "ops": "*"})
+    assert arith.Options.current() == arith.Options(max_operand=19, ops="*")
+    assert " * " in arith.make_instance(3)["question"]
 
 
 @pytest.mark.parametrize("reply,correct", [("7 - 3 = 4", 1.0), ("The answer is 4.", 1.0), ("4", 1.0),

@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
 import experiments.cocktail as cocktail
 from experiments.echo import make_instance as echo_instance
-from swarm.client.task import AgentLLM
-
-
-@pytest.fixture(autouse=True)
-def default_mix() -> Iterator[None]:
-    cocktail.configure()
-    yield
-    cocktail.configure()
+from swarm.client.task import AgentLLM, check_options, load_task
 
 
 def test_default_mix_is_respected_and_deterministic() -> None:
@@ -27,10 +19,10 @@ def test_default_mix_is_respected_and_deterministic() -> None:
 
 
 def test_configured_mix_is_respected() -> None:
-    assert cocktail.configure({"echo": 1, "math": 3}) == {"echo": 1.0, "math": 3.0}
+    assert cocktail.Options(mix={"echo": 1, "math": 3}).use().mix == {"echo": 1.0, "math": 3.0}
     counts = Counter(cocktail.pick_task(s)[0] for s in range(4000))
     assert abs(counts["math"] / 4000 - 0.75) < 0.03
-    cocktail.configure({"echo": 1.0, "math": 0})
+    cocktail.Options(mix={"echo": 1.0, "math": 0}).use()
     assert {cocktail.make_instance(s)["task"] for s in range(200)} == {"echo"}
 
 
@@ -43,9 +35,9 @@ def test_sub_instance_is_the_sub_task_instance_of_the_sub_seed() -> None:
                                       ({"nope": 1}, "nope"), ({"werewolves": 1}, "multi-agent"),
                                       ({"cocktail": 1}, "itself")])
 def test_bad_mixes_are_refused(mix: dict[str, float], word: str) -> None:
-    with pytest.raises(ValueError, match=word):
-        cocktail.configure(mix)
-    assert cocktail.MIX == cocktail.DEFAULT_MIX  # a refused mix changes nothing
+    with pytest.raises(ValueError, match=rf"task.options.mix.*{word}"):
+        check_options(load_task("cocktail"), {"mix": mix})
+    assert cocktail.Options.current().mix == cocktail.DEFAULT_MIX  # a refused mix changes nothing
 
 
 def test_run_episode_delegates_to_the_sub_task() -> None:

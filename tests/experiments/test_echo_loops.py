@@ -10,7 +10,7 @@ import pytest
 import experiments.echo as echo
 from swarm.client import WorkerConfig
 from swarm.client.sdk import SwarmClient
-from swarm.client.task import load_task
+from swarm.client.task import check_options, load_task
 from swarm.client.worker import run_one_episode
 from swarm.pool import StepFilter
 from tests.tiny_gateway import tiny_gateway
@@ -20,10 +20,10 @@ LOOPS = ["openai", "langchain", "langgraph", "httpx"]
 
 def test_options_name_the_loop() -> None:
     assert echo.Options().loop == "openai"
-    with pytest.raises(ValueError, match="loop"):
-        echo.configure(loop="crewai")
-    with pytest.raises(ValueError, match="did you mean loop"):
-        echo.configure(lop="httpx")
+    with pytest.raises(ValueError, match=r"task.options.loop=crewai"):
+        check_options(load_task("echo"), {"loop": "crewai"})
+    with pytest.raises(ValueError, match=r"did you mean task.options.loop\?"):
+        check_options(load_task("echo"), {"lop": "httpx"})
 
 
 def test_every_loop_records_the_same_step(tmp_path: Path, tiny_model_path: Path) -> None:
@@ -31,14 +31,11 @@ def test_every_loop_records_the_same_step(tmp_path: Path, tiny_model_path: Path)
     recorded: dict[str, Any] = {}
     with tiny_gateway(tmp_path, tiny_model_path) as (url, pool):
         cfg = WorkerConfig(server=url, task="echo", temperature=1.0, max_tokens=8, seeded=True)
-        try:
-            with SwarmClient(url) as client:
-                for loop in LOOPS:
-                    echo.configure(loop=loop)
-                    for member in range(3):  # three seeds: the replies differ between members, never between loops
-                        run_one_episode(client, task, cfg, seed=7, group_id=f"echo-7-{loop}", member=member)
-        finally:
-            echo.configure()
+        with SwarmClient(url) as client:
+            for loop in LOOPS:
+                echo.Options(loop=loop).use()
+                for member in range(3):  # three seeds: the replies differ between members, never between loops
+                    run_one_episode(client, task, cfg, seed=7, group_id=f"echo-7-{loop}", member=member)
         for loop in LOOPS:
             steps = pool.query_steps(StepFilter(group_id=f"echo-7-{loop}"), with_tokens=True)
             recorded[loop] = sorted((s.prompt_ids, s.response_ids, [round(x, 4) for x in s.response_logprobs or []])

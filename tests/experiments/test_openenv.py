@@ -14,6 +14,7 @@ from tiny_gateway import tiny_gateway  # noqa: E402
 from experiments import openenv as oe_task  # noqa: E402
 from experiments.openenv.episode import action_field, prompt_text  # noqa: E402
 from experiments.openenv.server import running, stop_servers  # noqa: E402
+from swarm.client.task import check_options, load_task  # noqa: E402
 from swarm.client.worker import WorkerConfig, run_worker  # noqa: E402
 from swarm.pool import Pool  # noqa: E402
 from swarm.pool.filter import StepFilter  # noqa: E402
@@ -21,15 +22,17 @@ from swarm.stack import ServerThread  # noqa: E402
 
 
 def test_options_are_checked() -> None:
-    oe_task.check_options({})
-    for options, message in [({"environment": "x"}, "unknown option"), ({"env": "experiments.echo"}, "module:Class"),
+    task = load_task("openenv")
+    check_options(task, {})
+    for options, message in [({"environment": "x"}, "task.options.environment: unknown key"),
+                             ({"env": "experiments.echo"}, "task.options.env=experiments.echo: .*module:Class"),
                              ({"env": "experiments.echo:WORDS"}, "not a subclass of openenv's Environment"),
-                             ({"env": "experiments.nothing:Env"}, "no module"), ({"reward": "mean"}, "reward="),
-                             ({"max_turns": 0}, "max_turns="), ({"url": "ws://x"}, "http:// or https://"),
+                             ({"env": "experiments.nothing:Env"}, "no module"), ({"reward": "mean"}, "task.options.reward="),
+                             ({"max_turns": 0}, "task.options.max_turns="), ({"url": "ws://x"}, "http:// or https://"),
                              ({"url": "http://127.0.0.1:9"}, "no openenv server answers"),
                              ({"action_field": "code"}, "no field 'code'")]:
         with pytest.raises(ValueError, match=message):
-            oe_task.check_options(options)
+            check_options(task, options)
 
 
 def test_rewards_prompts_and_action_fields() -> None:
@@ -50,11 +53,11 @@ def test_rewards_prompts_and_action_fields() -> None:
 def test_open_sessions_per_worker_process() -> None:
     """64 on a task-started server, 1 when the environment is not concurrent-safe (openenv refuses more), and 1
     on a server given by URL (openenv's default capacity) unless max_sessions says otherwise."""
-    EnvOptions = oe_task.EnvOptions
-    assert (EnvOptions().sessions(True), EnvOptions().sessions(False)) == (64, 1)
-    assert (EnvOptions(max_sessions=4).sessions(True), EnvOptions(max_sessions=4).sessions(False)) == (4, 1)
-    assert EnvOptions(url="http://127.0.0.1:8000").sessions() == 1
-    assert EnvOptions(url="http://127.0.0.1:8000", max_sessions=4).sessions() == 4
+    Options = oe_task.Options
+    assert (Options().sessions(True), Options().sessions(False)) == (64, 1)
+    assert (Options(max_sessions=4).sessions(True), Options(max_sessions=4).sessions(False)) == (4, 1)
+    assert Options(url="http://127.0.0.1:8000").sessions() == 1
+    assert Options(url="http://127.0.0.1:8000", max_sessions=4).sessions() == 4
 
 
 def test_the_example_environment_scores_each_round() -> None:

@@ -11,8 +11,8 @@ pytest.importorskip("reasoning_gym", reason="reasoning-gym is not installed (pip
 from tiny_gateway import tiny_gateway  # noqa: E402
 
 from experiments import reasoning_gym as rg_task  # noqa: E402
-from experiments.reasoning_gym import GymOptions, check_options, gym_reward, item, split_seed  # noqa: E402
-from swarm.client.task import load_task  # noqa: E402
+from experiments.reasoning_gym import Options, gym_reward, item, split_seed  # noqa: E402
+from swarm.client.task import check_options, configure_task, load_task  # noqa: E402
 from swarm.client.worker import WorkerConfig, run_worker  # noqa: E402
 from swarm.pool.filter import StepFilter  # noqa: E402
 
@@ -20,19 +20,23 @@ SPELL = {"dataset": "spell_backward", "config": {"spell_backward": {"min_word_le
 
 
 def test_bad_options_are_refused_with_the_key() -> None:
-    check_options(SPELL)
+    task = load_task("reasoning_gym")
+    check_options(task, SPELL)
     with pytest.raises(ValueError, match="no generator 'nope'"):
-        check_options({"dataset": "nope"})
-    with pytest.raises(ValueError, match="unknown option"):
-        check_options({"datset": "basic_arithmetic"})
+        check_options(task, {"dataset": "nope"})
+    with pytest.raises(ValueError, match=r"task.options.datset: unknown key \(did you mean task.options.dataset\?\)"):
+        check_options(task, {"datset": "basic_arithmetic"})
     with pytest.raises(ValueError, match="refuses config"):
-        check_options({"dataset": "basic_arithmetic", "config": {"basic_arithmetic": {"min_terms": 5, "max_terms": 2}}})
-    with pytest.raises(ValueError, match="seed or size"):
-        check_options({"dataset": "basic_arithmetic", "config": {"basic_arithmetic": {"seed": 1}}})
+        check_options(task, {"dataset": "basic_arithmetic",
+                             "config": {"basic_arithmetic": {"min_terms": 5, "max_terms": 2}}})
+    with pytest.raises(ValueError, match="task.options.config=.*seed or size"):
+        check_options(task, {"dataset": "basic_arithmetic", "config": {"basic_arithmetic": {"seed": 1}}})
+    with pytest.raises(ValueError, match="task.options.config.basic_arithmetic=5: "):
+        check_options(task, {"config": {"basic_arithmetic": 5}})
 
 
 def test_items_are_seeded_and_eval_seeds_never_meet_training_seeds() -> None:
-    opts = GymOptions(dataset="basic_arithmetic")
+    opts = Options(dataset="basic_arithmetic")
     assert item(opts, 7)[0] == item(opts, 7)[0]
     assert item(opts, 7, "train")[0]["question"] != item(opts, 7, "eval")[0]["question"]
     train = {split_seed(opts, s, "train") for s in (0, 1, 2**31 - 1, 2**40 + 5, 900_000_000)}
@@ -41,7 +45,7 @@ def test_items_are_seeded_and_eval_seeds_never_meet_training_seeds() -> None:
 
 
 def test_the_generator_scores_the_extracted_answer() -> None:
-    entry, dataset = item(GymOptions(dataset="spell_backward"), 3)
+    entry, dataset = item(Options(dataset="spell_backward"), 3)
     word = entry["answer"]
     assert gym_reward(word, entry, dataset)["reward"] == 1.0
     tagged = gym_reward(f"thinking... <answer>{word}</answer>", entry, dataset)
@@ -75,7 +79,7 @@ def test_episodes_through_the_gateway_train_and_held_out(tmp_path: Path, warm_ti
 
 def test_run_episode_plays_the_training_split(tmp_path: Path, warm_tiny_model_path: Path) -> None:
     """The plain run_episode path (cocktail, the research agent's dry runs) works on the configured generator."""
-    rg_task.configure(**SPELL)
+    configure_task(load_task("reasoning_gym"), SPELL)
     assert rg_task.make_instance(4)["split"] == "train"
     with tiny_gateway(tmp_path, warm_tiny_model_path) as (url, pool):
         from swarm.client.sdk import SwarmClient

@@ -15,25 +15,30 @@ from experiments.textarena import (  # noqa: E402
     RandomPlayer,
     TicTacToeHeuristic,
     action_of,
-    check_options,
     legal_moves,
     move_schema,
     play,
     seat_reward,
 )
+from swarm.client.task import check_options as check_task_options  # noqa: E402
+from swarm.client.task import load_task  # noqa: E402
 from swarm.client.worker import WorkerConfig, run_worker  # noqa: E402
+
+
+def check_options(options: dict[str, object]) -> None:
+    check_task_options(load_task("textarena"), options)
 from swarm.pool.filter import StepFilter  # noqa: E402
 
 
 def test_bad_options_are_refused_with_the_fix() -> None:
     check_options({})
-    with pytest.raises(ValueError, match="heuristic opponent plays TicTacToe only"):
+    with pytest.raises(ValueError, match="task.options.opponent=heuristic: the heuristic opponent plays TicTacToe only"):
         check_options({"env_id": "ConnectFour-v0", "opponent": "heuristic"})
     with pytest.raises(ValueError, match="no environment 'TicTacToe-v9'"):
         check_options({"env_id": "TicTacToe-v9", "opponent": "random"})
-    with pytest.raises(ValueError, match="opponent="):
+    with pytest.raises(ValueError, match="task.options.opponent=wolfbot"):
         check_options({"opponent": "wolfbot"})
-    with pytest.raises(ValueError, match="unknown option"):
+    with pytest.raises(ValueError, match=r"task.options.env: unknown key \(did you mean task.options.env_id\?\)"):
         check_options({"env": "TicTacToe-v0"})
     with pytest.raises(ValueError, match="does not list its legal moves"):
         check_options({"env_id": "ConnectFour-v0-train", "opponent": "random"})

@@ -18,6 +18,7 @@ from tiny_gateway import tiny_gateway  # noqa: E402
 
 from experiments.verifiers.lookup_tools import CODES  # noqa: E402
 from experiments.verifiers.rollout import load_env  # noqa: E402
+from swarm.client.task import check_options, load_task  # noqa: E402
 from swarm.client.worker import WorkerConfig, run_worker  # noqa: E402
 from swarm.pool.filter import StepFilter  # noqa: E402
 
@@ -36,18 +37,19 @@ class DuoEnv(vf.Env[DuoConfig]):
 
 
 def test_options_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    vf_task.check_options({})
-    vf_task.check_options({"env": LOOKUP_ENV, "tool_choice": "none"})
-    with pytest.raises(ValueError, match="unknown option"):
-        vf_task.check_options({"environment": "x"})
-    with pytest.raises(ValueError, match="tool_choice"):
-        vf_task.check_options({"tool_choice": ""})
+    task = load_task("verifiers")
+    check_options(task, {})
+    check_options(task, {"env": LOOKUP_ENV, "tool_choice": "none"})
+    with pytest.raises(ValueError, match="task.options.environment: unknown key"):
+        check_options(task, {"environment": "x"})
+    with pytest.raises(ValueError, match="task.options.tool_choice="):
+        check_options(task, {"tool_choice": ""})
     with pytest.raises(ValueError, match="does not load"):
-        vf_task.check_options({"env": "experiments.echo"})  # a module without a Taskset
+        check_options(task, {"env": "experiments.echo"})  # a module without a Taskset
     (tmp_path / "duo_env.py").write_text(TWO_SEATS)
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ValueError, match=r"seats \['first', 'second'\]"):
-        vf_task.check_options({"env": "duo_env"})
+        check_options(task, {"env": "duo_env"})
     # the seat's declared harness knobs are kept; the option overrides them; a plain taskset's seat gets auto
     assert load_env(LOOKUP_ENV).config.agent.harness.first_tool_choice == "required"
     assert load_env(LOOKUP_ENV, "none").config.agent.harness.first_tool_choice == "none"

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from experiments.werewolves import WerewolvesOptions, make_instance, run_multiagent
+from experiments.werewolves import Options, make_instance, run_multiagent
 from swarm.client.worker import WorkerConfig
 
 
@@ -72,6 +72,8 @@ class FakeEpisode:
 
 
 def cfg(**options: Any) -> WorkerConfig:
+    """A worker's config whose task options are this process's (as the worker makes them at start)."""
+    Options.from_options(options).use()
     return WorkerConfig(server="http://gw.test", task="werewolves", max_tokens=48, options=options)
 
 
@@ -167,11 +169,11 @@ def test_context_refusal_hands_the_seat_to_the_rules_without_penalty() -> None:
 
 
 def test_options_are_validated_with_the_key_and_the_fix() -> None:
-    assert WerewolvesOptions.from_options({}).trainable_side == "village"
+    assert Options.from_options({}).trainable_side == "village"
     for bad, word in [({"trainable_side": "wolf"}, "trainable_side"), ({"opponents": "gpt"}, "opponents"),
                       ({"role_policies": {"wolf": "x"}}, "role_policies"), ({"colour": 1}, "colour"),
                       ({"max_rounds": 9}, "max_rounds"), ({"observation": "full"}, "observation"),
                       ({"llm_decisions": ["dance"]}, "llm_decisions"), ({"vote_shaping": 2}, "vote_shaping"),
                       ({"vote_shaping_pays": "agreed"}, "vote_shaping_pays")]:
-        with pytest.raises(ValueError, match=word):
-            WerewolvesOptions.from_options(bad)
+        with pytest.raises(ValueError, match=rf"task.options.{word}"):
+            Options.from_options(bad)
