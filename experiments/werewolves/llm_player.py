@@ -1,6 +1,6 @@
 """An LLM werewolves seat: one chat call per decision it is given, constrained JSON for actions.
 
-Two observation modes (``WerewolvesOptions.observation``):
+Two observation modes (``Options.observation``, :mod:`experiments.werewolves.task`):
 
 - ``compact`` (the CPU default): every call is a fresh two-message chat, a fixed system prompt
   and the :func:`~experiments.werewolves.observe.compact_observation` of the decision, so a
