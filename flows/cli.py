@@ -12,7 +12,8 @@ from typing import NoReturn
 
 from pydantic import BaseModel
 
-from flows.config import RunConfig, section_keys, unknown_key_hint
+from flows.config import RunConfig
+from swarm.explain import section_keys, unknown_key_hint
 
 __all__ = ["CONF", "fail", "check_overrides"]
 

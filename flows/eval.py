@@ -37,7 +37,6 @@ from flows.config import (
     ConfigError,
     EvalConfig,
     EvalSection,
-    HFModel,
     Model,
     check_pool_url,
     check_task,
@@ -144,7 +143,7 @@ def _backend(model: Model, target: Target) -> Any:
     if w is not None and not (w / "adapter_config.json").is_file():  # a full fine-tune: the base's weights replaced
         from safetensors.torch import load_file
 
-        if not isinstance(model, HFModel):
+        if model.backend != "hf":
             raise ConfigError(f"{target.source}: a full fine-tune's weights are loaded by model.backend=hf")
         backend = make_backend(model, [target.policy], None)
         state = {k: v for f in sorted(w.glob("*.safetensors")) for k, v in load_file(str(f)).items()}
@@ -308,11 +307,13 @@ def summary_line(out: Outcome) -> str:
 
 def cli_config(resolved: dict[str, Any]) -> EvalConfig:
     """The validated EvalConfig of a resolved Hydra tree: task package and options, pool URL (ConfigError)."""
-    c: EvalConfig = validate(resolved, schema=EvalConfig)
-    check_task(c.task)
-    if not os.environ.get("SWARM_POOL_URL"):
-        check_pool_url(c.pool.url)
-    return c
+
+    def checks(light: EvalConfig) -> None:  # before the backend's module (torch) is imported
+        check_task(light.task)
+        if not os.environ.get("SWARM_POOL_URL"):
+            check_pool_url(light.pool.url)
+
+    return validate(resolved, schema=EvalConfig, checks=checks)
 
 
 @hydra.main(version_base=None, config_path=str(CONF), config_name="eval")

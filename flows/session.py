@@ -238,7 +238,8 @@ def open_session(cfg: RunConfig, checkpoint: Callable[[Ledger, dict[str, str | N
                             check_start=flow_control.start_checker(cfg))
         s.control.bind(s.stop)
         es.callback(s.control.finish)
-        s.stack = _start("the gateway", start_gateway, s.pool, s.backend, cfg.gateway, s.control)
+        s.stack = _start("the gateway", start_gateway, s.pool, s.backend, cfg.gateway, s.control,
+                         cfg.task.reward.authority(cfg.task.name) if cfg.task.reward is not None else None)
         es.callback(s.stack.stop)
         if cfg.train.wait_for_client and not _await_client(s):
             s.status = "KILLED"
@@ -251,7 +252,7 @@ def open_session(cfg: RunConfig, checkpoint: Callable[[Ledger, dict[str, str | N
         procs: list[subprocess.Popen] = []
         es.callback(_stop_workers, s.stop, futures, procs)
         futures += _start("the workers", start_workers, cfg.runner, s.stack.url, cfg.task, cfg.seed,
-                          cfg.batching.agree_every, s.stop, procs, s.workers)
+                          cfg.batching.agree_every, s.stop, procs, s.workers, cfg.pool.url)
         es.callback(_final_checkpoint, s, checkpoint)
         s.status = "FINISHED"
         try:

@@ -64,18 +64,21 @@ def cli_config(cfg: DictConfig, overrides: list[str]) -> RunConfig:
     """The validated RunConfig of a composed Hydra config (ConfigError: one line naming the key)."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
-    run: RunConfig = validate(resolved, overrides)
-    check_task(run.task, run.runner)
-    if gguf := getattr(run.model, "gguf", None):  # the GGUF file (or the package shipping it) exists: not a traceback
-        from swarm.errors import ValidationError
-        from swarm.policy.gguf import resolve_gguf
 
-        try:
-            resolve_gguf(gguf)
-        except ValidationError as exc:
-            raise ConfigError(str(exc)) from None
-    if not os.environ.get("SWARM_POOL_URL"):
-        check_pool_url(run.pool.url)
+    def checks(light: RunConfig) -> None:  # before the backend's module (torch) is imported
+        check_task(light.task, light.runner)
+        if not os.environ.get("SWARM_POOL_URL"):
+            check_pool_url(light.pool.url)
+        if gguf := (resolved.get("model") or {}).get("gguf"):  # the GGUF file (or its package) exists: no traceback
+            from swarm.errors import ValidationError
+            from swarm.policy.gguf import resolve_gguf
+
+            try:
+                resolve_gguf(str(gguf))
+            except ValidationError as exc:
+                raise ConfigError(str(exc)) from None
+
+    run: RunConfig = validate(resolved, overrides, checks=checks)
     return run
 
 

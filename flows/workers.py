@@ -28,11 +28,12 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NONE
 
-from flows.config import ProcessRunner, RayRunner, RewardSection, Runner, TaskSection, ThreadRunner
+from flows.config import ProcessRunner, RayRunner, Runner, TaskSection, ThreadRunner
 from flows.shutdown import end_process
 from swarm.client import WorkerConfig, run_worker
+from swarm.rewards import RewardSection
 
-__all__ = ["worker_config", "judge_worker", "thread_worker", "process_worker", "process_command", "ray_worker", "RayWorkers",
+__all__ = ["worker_config", "reward_worker", "thread_worker", "process_worker", "process_command", "ray_worker", "RayWorkers",
            "ray_init_kwargs", "start_ray_workers", "start_workers"]
 
 
@@ -80,21 +81,12 @@ def process_worker(cfg: WorkerConfig, stop: threading.Event, procs: list[subproc
     return restarts
 
 
-@task(name="judge", cache_policy=NONE)
-def judge_worker(reward: RewardSection, server: str, task_name: str, group_size: int,
-                 stop: threading.Event) -> dict[str, int]:
-    """Judge the task's complete groups until ``stop`` (``task.reward.kind=judge``, swarm/judge); in this
-    process whatever the runner, since it reports rewards to the pool with the judge's authority."""
-    from swarm.judge import GroupJudge, JudgeSpec
-    from swarm.pool import Pool
-
-    pool = Pool(os.environ.get("SWARM_POOL_URL") or str(reward.pool_url))
-    judge = GroupJudge(pool, server, JudgeSpec.from_config(reward.model_dump(exclude_none=True)), task_name, group_size)
-    try:
-        return judge.run(stop, reward.poll_s)
-    finally:
-        judge.close()
-        pool.close()
+@task(name="reward", cache_policy=NONE)
+def reward_worker(reward: RewardSection, pool_url: str, server: str, task_name: str, group_size: int,
+                  stop: threading.Event) -> object:
+    """The task's reward service until ``stop`` (``task.reward.kind``, swarm/rewards); in this process whatever
+    the runner, since it reports rewards to the pool with its own authority ($SWARM_POOL_URL wins)."""
+    return reward.serve(os.environ.get("SWARM_POOL_URL") or pool_url, server, task_name, group_size, stop)
 
 
 # -- runner=ray ---------------------------------------------------------------------------------
@@ -290,13 +282,15 @@ def start_ray_workers(runner: RayRunner, server: str, task_cfg: TaskSection, see
 
 
 def start_workers(runner: Runner, server: str, task_cfg: TaskSection, seed: int, agree_every: int,
-                  stop: threading.Event, procs: list[subprocess.Popen], configs: list[Any] | None = None) -> list[Any]:
-    """Submit the client workers the ``runner`` config group asks for, and the judge when the task's reward
-    is ``judge``; returns their Prefect futures. ``configs`` receives the thread and process workers'
-    WorkerConfigs (run control changes their ``eval_every``)."""
+                  stop: threading.Event, procs: list[subprocess.Popen], configs: list[Any] | None = None,
+                  pool_url: str | None = None) -> list[Any]:
+    """Submit the client workers the ``runner`` config group asks for, and the reward service of
+    ``task.reward`` (on the pool at ``pool_url``) when it has one; returns their Prefect futures. ``configs``
+    receives the thread and process workers' WorkerConfigs (run control changes their ``eval_every``)."""
     clients = _client_workers(runner, server, task_cfg, seed, agree_every, stop, procs, configs)
-    if task_cfg.reward is not None and task_cfg.reward.kind == "judge":
-        clients.append(judge_worker.submit(task_cfg.reward, server, task_cfg.name, task_cfg.group_size, stop))
+    if task_cfg.reward is not None:
+        clients.append(reward_worker.submit(task_cfg.reward, str(pool_url), server, task_cfg.name,
+                                            task_cfg.group_size, stop))
     return clients
 
 

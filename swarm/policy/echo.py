@@ -31,10 +31,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from swarm.errors import ContextLengthError
+from swarm.lora import LoraSpec
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
+from swarm.policy.settings import BACKENDS, BackendSection
 from swarm.policy.templates import get_family
 from swarm.policy.textguard import guard_chat, split_guarded
 from swarm.policy.toolcalls import TOOL_CALL_OPEN, get_tool_parser
+from swarm.settings import derive
 
 __all__ = ["EchoBackend", "SPECIAL_TOKENS"]
 
@@ -242,3 +245,11 @@ class EchoBackend(VersionTable):
                 yield TokenDelta(index=index, token_ids=pending, logprobs=[0.0] * len(pending), text=delta)
                 pending = []
             yield gen
+
+
+@BACKENDS.declare("echo")
+class EchoSettings(derive(EchoBackend, skip=("policies",), base=BackendSection)):  # type: ignore[misc]
+    """``backend: echo``: the null backend (benchmarks, fast tests)."""
+
+    def build(self, policies: list[str], lora: LoraSpec | None) -> EchoBackend:
+        return EchoBackend(list(policies), **self.args())

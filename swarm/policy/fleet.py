@@ -43,12 +43,16 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from swarm.errors import BackendError, ConflictError, ContextLengthError, SwarmError, ValidationError
 from swarm.lora import LoraSpec
 from swarm.policy.base import GenerateRequest, Generation, PolicyBackend, TokenDelta
+from swarm.policy.settings import BACKENDS, BackendSection, WeightsSection
 from swarm.pool import Reader
+from swarm.settings import Kinds, derive
 
 __all__ = ["FleetBackend", "Replica", "VersionFollower", "load_adapter_dir", "load_adapter_spec"]
 
@@ -422,3 +426,17 @@ class VersionFollower:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
+
+
+@BACKENDS.declare("fleet")
+class FleetSettings(derive(FleetBackend, skip=("replicas", "capacities", "check_tokenizers"),  # type: ignore[misc]
+                           base=WeightsSection)):
+    """``backend: fleet``: replicas (model sections of other kinds) behind one backend (docs/scale_out.md)."""
+
+    replicas: list[Annotated[BackendSection, Kinds(BACKENDS, exclude=("fleet",))]] = Field(min_length=1)
+
+    def build(self, policies: list[str], lora: LoraSpec | None) -> FleetBackend:
+        names = [rep.name or f"r{i}" for i, rep in enumerate(self.replicas)]
+        return FleetBackend({n: rep.build(policies, lora) for n, rep in zip(names, self.replicas, strict=True)},
+                            capacities={n: rep.capacity for n, rep in zip(names, self.replicas, strict=True)},
+                            **self.args())

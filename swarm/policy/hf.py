@@ -44,11 +44,12 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
+from pydantic import Field, model_validator
 
-from swarm.errors import BackendError, ConflictError, ContextLengthError, ValidationError
+from swarm.errors import BackendError, ConfigError, ConflictError, ContextLengthError, ValidationError
 from swarm.lora import LoraSpec
 from swarm.policy._decode import Row, decode_batch
 from swarm.policy._decode_static import decode_static
@@ -59,8 +60,10 @@ from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTa
 from swarm.policy.chat import LocalTokenizer
 from swarm.policy.constraint import Constraint, Grammars
 from swarm.policy.lora import attach_adapters, get_adapter_state, load_adapter_state, load_base_state
+from swarm.policy.settings import BACKENDS, WeightsSection
 from swarm.policy.templates import parser_for
 from swarm.policy.tiny import load_template
+from swarm.settings import derive
 
 __all__ = ["HFBackend"]
 
@@ -107,15 +110,15 @@ class HFBackend(LocalTokenizer, VersionTable):
         policies: list[str] | dict[str, LoraSpec | None] = ("default",),
         device: str = "cpu",
         dtype: str = "float32",
-        max_batch_size: int = 16,
-        batch_wait_ms: float = 5,
+        max_batch_size: Annotated[int, Field(ge=1)] = 16,
+        batch_wait_ms: Annotated[float, Field(ge=0)] = 5,
         lora: LoraSpec | None = None,
         chat_template: str | None = None,
         attn_implementation: str | None = None,
         torch_threads: int | None = None,
         tool_parser: str | None = None,
         merge_lora: bool | None = None,
-        static_cache_len: int | None = None,
+        static_cache_len: Annotated[int, Field(ge=2)] | None = None,
         compile_step: bool | None = None,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -535,3 +538,60 @@ class HFBackend(LocalTokenizer, VersionTable):
             job.loop.call_soon_threadsafe(job.out.put_nowait, item)
         except RuntimeError:  # the caller's event loop is closed: nobody is listening
             job.cancelled = True
+
+
+@BACKENDS.declare("hf")
+class HFSettings(derive(HFBackend, skip=("model_path", "policies", "lora"), base=WeightsSection)):  # type: ignore[misc]
+    """``backend: hf``: transformers in this process; no ``path`` and no ``gguf``: the tiny model built here."""
+
+    gguf: str | None = None  # a packaged model's name or a .gguf file (swarm/policy/gguf.py)
+    warmup: Literal["word_chain", "reading", "none"] | None = None  # the tiny model's warm-up
+    seed: int = 0
+    tiny_spec: dict[str, int] = Field(default_factory=dict)  # TinySpec overrides (checked when built)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> HFSettings:
+        if self.path and self.gguf:
+            raise ValueError(f"model.path={self.path} and model.gguf={self.gguf} are both set; keep one")
+        return self
+
+    def weights(self) -> str:
+        """The checkpoint to load: ``path`` (HF id or folder), ``gguf`` (a GGUF file or a packaged model's name,
+        converted once: ``swarm/policy/gguf.py``), or the locally built tiny model."""
+        if self.path:
+            return self.path
+        if self.gguf:
+            from swarm.policy.gguf import ensure_gguf_model
+
+            return str(ensure_gguf_model(self.gguf))
+        from swarm.policy.tiny import ensure_tiny_model
+
+        if self.warmup in (None, "none"):
+            return str(ensure_tiny_model(seed=self.seed, spec=self.spec()))
+        from swarm.policy.warmup import get_warmup
+
+        return str(ensure_tiny_model(seed=self.seed, spec=self.spec(), warmup=get_warmup(self.warmup)))
+
+    def spec(self) -> Any:
+        """The tiny model's architecture: :class:`~swarm.policy.tiny.TinySpec` with ``tiny_spec`` overrides
+        (e.g. ``{hidden_size: 256, intermediate_size: 1024}``: a 2x wider model, same tokenizer); None = default."""
+        from dataclasses import fields
+
+        from swarm.policy.tiny import TinySpec
+
+        if not self.tiny_spec:
+            return None
+        known = {f.name for f in fields(TinySpec)}
+        bad = sorted(set(self.tiny_spec) - known)
+        if bad:
+            raise ConfigError(f"model.tiny_spec.{bad[0]} is unknown; TinySpec fields: {sorted(known)}")
+        if "vocab_size" in self.tiny_spec:
+            raise ConfigError("model.tiny_spec.vocab_size: the tiny tokenizer is shared by every tiny model; keep 1024")
+        return TinySpec(**self.tiny_spec)
+
+    def trainer_weights(self) -> str:
+        return self.weights()
+
+    def build(self, policies: list[str], lora: LoraSpec | None) -> HFBackend:
+        return HFBackend(self.weights(), list(policies), lora=lora, device=self.device, dtype=self.resolved_dtype(),
+                         **self.args())

@@ -59,10 +59,13 @@ from typing import Any
 import httpx
 
 from swarm.errors import BackendError, ContextLengthError, NotFoundError, SwarmError, ValidationError
+from swarm.lora import LoraSpec
 from swarm.policy._http import post_json, sse_events, token_id
 from swarm.policy._upstream_reply import aligned, chat_token_data, norm_tool_calls
 from swarm.policy.base import CLIENT_BODY, GenerateRequest, Generation, TokenDelta
 from swarm.policy.chat import LocalTokenizer
+from swarm.policy.settings import BACKENDS, BackendSection
+from swarm.settings import derive
 
 __all__ = ["UpstreamBackend", "UpstreamGeneration", "DEFAULT_API_KEY_ENV", "CLIENT_BODY"]
 
@@ -444,3 +447,12 @@ token the server reports (OpenAI: 20).
                                      logprobs=aligned(a["ids"], a["lps"] if a["has_lps"] else None),
                                      logprobs_content=a["entries"], text=a["text"], tool_calls=calls,
                                      finish_reason=a["finish"] or "stop", policy_version=0, usage=usage)
+
+
+@BACKENDS.declare("upstream")
+class UpstreamSettings(derive(UpstreamBackend, skip=("policies", "api_key", "transport"),  # type: ignore[misc]
+                              base=BackendSection)):
+    """``backend: upstream``: any OpenAI-compatible server, frozen (the api key comes from ``api_key_env``)."""
+
+    def build(self, policies: list[str], lora: LoraSpec | None) -> UpstreamBackend:
+        return UpstreamBackend(policies=list(policies), **self.args())

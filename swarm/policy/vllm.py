@@ -35,7 +35,9 @@ from swarm.policy._http import backend_error, post_json, raise_for_status, sse_e
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
 from swarm.policy.chat import LocalTokenizer
 from swarm.policy.constraint import Grammars
+from swarm.policy.settings import BACKENDS, WeightsSection
 from swarm.policy.templates import parser_for
+from swarm.settings import derive
 
 __all__ = ["VLLMBackend"]
 
@@ -336,3 +338,12 @@ class VLLMBackend(LocalTokenizer, VersionTable):
     async def aclose(self) -> None:
         await self._client.aclose()
         self._sync.close()
+
+
+@BACKENDS.declare("vllm")
+class VLLMSettings(derive(VLLMBackend, skip=("policies", "transport", "api_key", "lora"),  # type: ignore[misc]
+                          base=WeightsSection)):
+    """``backend: vllm``: a ``vllm serve`` process; ``path`` / ``dtype``: the trainer's copy of the base."""
+
+    def build(self, policies: list[str], lora: LoraSpec | None) -> VLLMBackend:
+        return VLLMBackend(policies=list(policies), lora=lora, **self.args())

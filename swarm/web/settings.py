@@ -15,11 +15,15 @@ import ipaddress
 import os
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 __all__ = ["GatewaySettings", "is_loopback"]
 
 MiB = 1024 * 1024
+_Pos = Annotated[int, Field(ge=1)]  # checked where a config section is derived from these fields (flows.config)
+_Secs = Annotated[float, Field(gt=0)]
 
 
 @dataclass(frozen=True)
@@ -36,32 +40,32 @@ class GatewaySettings:
     secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
     client_token: str | None = field(default=None, repr=False)
     admin_token: str | None = field(default=None, repr=False)
-    max_body_bytes: int = 8 * MiB  # OpenAI-compatible and service routes
+    max_body_bytes: _Pos = 8 * MiB  # OpenAI-compatible and service routes
     # POST /v1/steps: peak memory grows by ~14-18x the body (tests/gateway/test_memory.py bounds it at 24x,
     # benchmarks/reliability_bench.py prints it), so a 64 MiB body costs ~1.2 GB at most
-    max_whitebox_body_bytes: int = 64 * MiB
-    max_tokens_cap: int = 32768  # an absurd max_tokens is refused even if the context allows it
-    max_n: int = 16
-    default_max_tokens: int | None = None  # None: whatever fits in the context (capped)
-    default_episode_timeout_s: float = 600.0
-    max_episode_timeout_s: float = 7 * 24 * 3600.0
-    sweep_interval_s: float = 5.0  # how often open episodes past their timeout become abandoned
+    max_whitebox_body_bytes: _Pos = 64 * MiB
+    max_tokens_cap: _Pos = 32768  # an absurd max_tokens is refused even if the context allows it
+    max_n: _Pos = 16
+    default_max_tokens: _Pos | None = None  # None: whatever fits in the context (capped)
+    default_episode_timeout_s: _Secs = 600.0
+    max_episode_timeout_s: _Secs = 7 * 24 * 3600.0
+    sweep_interval_s: _Secs = 5.0  # how often open episodes past their timeout become abandoned
     tool_call_markers: tuple[str, ...] = ("<tool_call>",)  # streamed text is held back from here on
     # connections (swarm/gateway/connections.py), sized for hundreds of agents on one gateway
-    timeout_keep_alive_s: float = 20.0  # an idle connection (new, or between requests) is closed after this
-    timeout_request_head_s: float = 10.0  # from a request's first byte to its complete head (slowloris)
-    timeout_request_body_s: float = 120.0  # from the head to the complete body (a body sent at 1 byte/s)
-    limit_concurrency: int = 1024  # open connections or running requests above which a request gets 503
-    max_connections: int = 2048  # connections above which a new one gets 503 and is closed unread
+    timeout_keep_alive_s: _Secs = 20.0  # an idle connection (new, or between requests) is closed after this
+    timeout_request_head_s: _Secs = 10.0  # from a request's first byte to its complete head (slowloris)
+    timeout_request_body_s: _Secs = 120.0  # from the head to the complete body (a body sent at 1 byte/s)
+    limit_concurrency: _Pos = 1024  # open connections or running requests above which a request gets 503
+    max_connections: _Pos = 2048  # connections above which a new one gets 503 and is closed unread
     # one client address holding this many: its next connection gets 503, closed unread (below limit_concurrency,
     # so one host cannot starve the others)
-    max_connections_per_client: int = 512
-    max_request_head_bytes: int = 32 * 1024  # request line + headers; larger is a 400
+    max_connections_per_client: _Pos = 512
+    max_request_head_bytes: _Pos = 32 * 1024  # request line + headers; larger is a 400
     # without tokens only loopback Host names are served (DNS rebinding; swarm/gateway/hosts.py), plus these
-    allowed_hosts: tuple[str, ...] = ()
+    allowed_hosts: tuple[Annotated[str, Field(min_length=1)], ...] = ()
     # task -> the lowest reward source applied ("agent" | "judge" | "admin"; swarm/pool/rewards.py); default agent:
     # the agent may report its reward, and a judge's (client token) or admin's supersedes it
-    reward_authority: dict[str, str] = field(default_factory=dict)
+    reward_authority: dict[str, Literal["agent", "judge", "admin"]] | None = None  # None: {} (agent everywhere)
 
     def __post_init__(self) -> None:
         if isinstance(self.secret, str):
@@ -79,6 +83,7 @@ class GatewaySettings:
         if self.base_url is not None:
             object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
         object.__setattr__(self, "allowed_hosts", tuple(self.allowed_hosts))
+        object.__setattr__(self, "reward_authority", dict(self.reward_authority or {}))
         bad = {t: v for t, v in self.reward_authority.items() if v not in ("agent", "judge", "admin")}
         if bad:
             raise ValueError(f"GatewaySettings.reward_authority: {bad} must map tasks to 'agent', 'judge' or 'admin'")

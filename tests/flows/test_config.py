@@ -54,46 +54,37 @@ def test_every_model_option_validates_in_train_and_serve(name: str) -> None:
 
 
 def test_section_defaults_are_the_constructors_defaults() -> None:
-    """A default lives once: the model sections agree with their backends' constructors, algo is TrainConfig's."""
+    """A setting lives once: each backend's section is derived from its constructor (same names and defaults),
+    algo is TrainConfig's, gateway is GatewaySettings' fields plus where it listens."""
     import inspect
 
-    from flows.config import AlgoSection, EchoModel, FleetModel, GatewaySection, HFModel, UpstreamModel, VLLMModel
-    from swarm.policy.echo import EchoBackend
-    from swarm.policy.fleet import FleetBackend
-    from swarm.policy.upstream import UpstreamBackend
+    from flows.config import AlgoSection, GatewaySection
+    from swarm.policy.settings import BACKENDS
     from swarm.train import TrainConfig
     from swarm.web.settings import GatewaySettings
 
-    pairs = [(EchoModel, EchoBackend), (UpstreamModel, UpstreamBackend), (FleetModel, FleetBackend)]
-    pairs += [(HFModel, "swarm.policy.hf:HFBackend"), (VLLMModel, "swarm.policy.vllm:VLLMBackend")]
-    for section, backend in pairs:
-        if isinstance(backend, str):  # torch / transformers modules: read their source, not import them
-            src = (CONF.parent / (backend.split(":")[0].replace(".", "/") + ".py")).read_text()
-            params = {n: v for n, v in _signature_defaults(src, backend.split(":")[1]).items()}
-        else:
-            params = {n: p.default for n, p in inspect.signature(backend).parameters.items()}
-        for field, info in section.model_fields.items():
-            if field in params and params[field] is not inspect.Parameter.empty and field != "policies":
-                assert info.default == params[field], (section.__name__, field, info.default, params[field])
+    builtins = BACKENDS.builtins()
+    assert set(builtins) >= {"hf", "vllm", "upstream", "echo", "fleet"}
+    for kind in builtins:
+        section = BACKENDS.get(kind)
+        params = {}
+        for cls in vars(__import__(section.__module__, fromlist=["_"])).values():
+            if isinstance(cls, type) and cls.__module__ == section.__module__ and cls.__name__.endswith("Backend"):
+                params = dict(inspect.signature(cls).parameters)
+        assert section.derived and set(section.derived) <= set(params), (kind, section.derived)
+        for field in section.derived:
+            default = params[field].default
+            if default is not inspect.Parameter.empty:
+                assert section.model_fields[field].default == default, (kind, field)
     train = TrainConfig()
     for field, info in AlgoSection.model_fields.items():
         if hasattr(train, field):
             assert (info.default if info.default_factory is None else info.default_factory()) == getattr(train, field)
     own = {"host", "port", "log_level", "follow_versions_s"}
-    assert all(v is None for k, v in GatewaySection().model_dump().items() if k not in own)
     secrets = {"secret", "client_token", "admin_token", "tool_call_markers"}
     assert set(GatewaySection.model_fields) - own == {f.name for f in dataclasses.fields(GatewaySettings)} - secrets
-
-
-def _signature_defaults(src: str, cls: str) -> dict[str, object]:
-    import ast
-
-    tree = ast.parse(src)
-    init = next(f for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and c.name == cls
-                for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
-    args = init.args.args[1:]
-    defaults = dict(zip([a.arg for a in args[len(args) - len(init.args.defaults):]], init.args.defaults, strict=True))
-    return {k: ast.literal_eval(v) for k, v in defaults.items() if not isinstance(v, ast.Tuple | ast.Name)}
+    made = GatewaySection().settings()
+    assert made == GatewaySettings(secret=made.secret)
 
 
 @pytest.mark.parametrize("group", ["model", "pool", "algo", "batching", "runner"])
@@ -137,4 +128,4 @@ def test_gateway_trust_settings_reach_gateway_settings() -> None:
         validate({"model": {"backend": "echo"}, "pool": {"url": "sqlite://"}, "gateway": {"reward_authority":
                  {"math": "referee"}}}, schema=ServeConfig)
     with pytest.raises(ValueError, match="allowed_hosts"):
-        GatewaySection(allowed_hosts="example.org")
+        GatewaySection(allowed_hosts="")

@@ -8,9 +8,9 @@ import mlflow
 import pytest
 import sqlalchemy as sa
 
-from flows.components import tiny_spec
-from flows.config import ConfigError, HFModel, validate
+from flows.config import ConfigError, validate
 from flows.train import train_flow
+from swarm.policy.hf import HFSettings
 from swarm.pool import Pool, StepFilter
 
 
@@ -19,11 +19,11 @@ def test_frozen_policy_config_is_checked(flow_config) -> None:
     assert validate(cfg).frozen_policies["wolfbot"].tiny_spec == {"hidden_size": 256, "intermediate_size": 1024}
     with pytest.raises(ConfigError, match=r"^frozen_policies.default: 'default' is also in policies"):
         validate(flow_config("+frozen_policies.default.backend=echo"))
-    with pytest.raises(ConfigError, match=r"^frozen_policies.judge.backend: missing; use one of hf, vllm, upstream, echo, fleet$"):
+    with pytest.raises(ConfigError, match=r"^frozen_policies.judge.backend: missing; use one of echo, fleet, hf, upstream, vllm$"):
         validate(flow_config("+frozen_policies.judge.seed=1"))
-    assert tiny_spec(HFModel(backend="hf")) is None  # the default tiny model, byte for byte (same cache key)
+    assert HFSettings(backend="hf").spec() is None  # the default tiny model, byte for byte (same cache key)
     with pytest.raises(ConfigError, match=r"model.tiny_spec.hidden_sise is unknown"):
-        tiny_spec(HFModel(backend="hf", tiny_spec={"hidden_sise": 256}))
+        HFSettings(backend="hf", tiny_spec={"hidden_sise": 256}).spec()
 
 
 @pytest.mark.slow

@@ -4,23 +4,25 @@ from __future__ import annotations
 
 import pytest
 
-from flows import components
 from flows.components import model_dtype
-from flows.config import HFModel
+from swarm.policy import settings
+from swarm.policy.echo import EchoSettings
+from swarm.policy.settings import WeightsSection
 
 
-def hf(**kw: str) -> HFModel:
-    return HFModel(backend="hf", **kw)
+def weights(**kw: str) -> WeightsSection:
+    return WeightsSection(**kw)
 
 
 def test_auto_is_bf16_only_where_it_is_native(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert model_dtype(hf(dtype="float32")) == "float32" and model_dtype(hf()) == "float32"
-    assert model_dtype(hf(dtype="auto", device="cuda:0")) == "bfloat16"
-    monkeypatch.setattr(components, "native_bf16_cpu", lambda: False)
-    assert model_dtype(hf(dtype="auto", device="cpu")) == "float32"
-    monkeypatch.setattr(components, "native_bf16_cpu", lambda: True)
-    assert model_dtype(hf(dtype="auto", device="cpu")) == "bfloat16"
+    assert model_dtype(weights(dtype="float32")) == "float32" and model_dtype(weights()) == "float32"
+    assert model_dtype(weights(dtype="auto", device="cuda:0")) == "bfloat16"
+    monkeypatch.setattr(settings, "native_bf16_cpu", lambda: False)
+    assert model_dtype(weights(dtype="auto", device="cpu")) == "float32"
+    monkeypatch.setattr(settings, "native_bf16_cpu", lambda: True)
+    assert model_dtype(weights(dtype="auto", device="cpu")) == "bfloat16"
+    assert model_dtype(EchoSettings(backend="echo")) == "float32"  # no weights of its own
 
 
 def test_this_cpus_flags_are_read() -> None:
-    assert isinstance(components.native_bf16_cpu(), bool)
+    assert isinstance(settings.native_bf16_cpu(), bool)

@@ -49,11 +49,10 @@ def test_reading_model_copies_the_asked_number() -> None:
     than a random number of the prompt would be (the same bytes on every machine: 0.64 vs 0.27)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from flows.components import model_path
-    from flows.config import HFModel
     from swarm.policy.copy_warmup import copy_accuracy
+    from swarm.policy.hf import HFSettings
 
-    path = model_path(HFModel(backend="hf", warmup="reading"))
+    path = HFSettings(backend="hf", warmup="reading").weights()
     acc, chance = copy_accuracy(AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path))
     print(f"reading warm-up: the asked number {acc:.2f} of held-out chats, a random number of the prompt {chance:.2f}")
     assert acc > 2 * chance
