@@ -47,12 +47,10 @@ def test_game_records_one_episode_per_llm_seat(served: tuple[str, Pool]) -> None
 def test_an_eval_game_replays_exactly_whatever_else_is_served(tmp_path: Path) -> None:
     """A held-out game alone (group size 1, kind eval) samples with per-call seeds: played alone and played
     while another game shares the backend's batches, seed 7's seats make the same calls, token for token."""
-    from flows.components import model_path
-    from flows.config import HFModel
-    from swarm.policy.hf import HFBackend
+    from swarm.policy.hf import HFBackend, HFSettings
 
     pool = Pool(f"sqlite:///{tmp_path / 'pool.db'}")
-    backend = HFBackend(model_path(HFModel(backend="hf", warmup="reading")), torch_threads=1)
+    backend = HFBackend(HFSettings(backend="hf", warmup="reading").weights(), torch_threads=1)
     server = ServerThread(create_app(pool, backend, GatewaySettings())).start()
     try:
         seen: set[str] = set()

@@ -14,10 +14,9 @@ def reading_model():
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from flows.components import model_path
-    from flows.config import HFModel
+    from swarm.policy.hf import HFSettings
 
-    path = model_path(HFModel(backend="hf", warmup="reading"))  # shipped: the same bytes everywhere
+    path = HFSettings(backend="hf", warmup="reading").weights()  # shipped: the same bytes everywhere
     tok = AutoTokenizer.from_pretrained(path)
     torch.manual_seed(0)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(path), LoraConfig(r=8, lora_alpha=16,
