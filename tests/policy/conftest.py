@@ -78,5 +78,6 @@ def vllm_server(vllm_model_path: Path, tmp_path_factory: pytest.TempPathFactory)
     if not python.exists():
         pytest.skip(f"no vLLM venv at {python}: `make vllm-venv` builds it")
     log = tmp_path_factory.mktemp("vllm") / "server.log"
-    with VLLMServer(vllm_model_path, log, served_model_name="smollm2", max_lora_rank=8) as server:
+    # 1 GiB of KV cache (~23k tokens) is plenty here, and the idle server holds its memory until the session ends
+    with VLLMServer(vllm_model_path, log, served_model_name="smollm2", max_lora_rank=8, kv_cache_gib=1) as server:
         yield server

