@@ -36,7 +36,7 @@ from swarm.gateway import (
 from swarm.gateway.hosts import HostCheck, host_name
 from swarm.gateway.state import GatewayState, State
 from swarm.policy.base import PolicyBackend
-from swarm.pool import Pool
+from swarm.pool import Served
 from swarm.web.errors import error_body, install_error_handlers
 from swarm.web.settings import GatewaySettings
 
@@ -97,17 +97,18 @@ async def _sweep(state: GatewayState) -> None:
     while True:
         await asyncio.sleep(state.settings.sweep_interval_s)
         try:
-            ids = await state.write(state.pool.abandon_stale)
+            ids = await state.write(state.recorder.abandon_stale)
             if ids:
                 log.info("abandoned %d idle episode(s)", len(ids))
         except Exception:  # a sweep failing once (database busy) must not stop the next ones
             log.warning("abandon sweep failed", exc_info=True)
 
 
-def create_app(pool: Pool, backend: PolicyBackend, settings: GatewaySettings | None = None,
+def create_app(pool: Served, backend: PolicyBackend, settings: GatewaySettings | None = None,
                control: Control | None = None) -> FastAPI:
     """The app over ``pool`` and ``backend``: gateway routes, the dashboard, error handlers and middleware;
-    ``control`` (the training process's run control) enables ``/v1/control``."""
+    ``control`` (the training process's run control) enables ``/v1/control``. ``pool`` is anything that serves
+    the roles of :class:`swarm.pool.Served` (a :class:`~swarm.pool.Pool` does)."""
     settings = settings or GatewaySettings()
     state = GatewayState(pool, backend, settings)
 

@@ -16,7 +16,7 @@ from typing import Any
 import uvicorn
 
 from swarm.policy.base import PolicyBackend
-from swarm.pool import Pool
+from swarm.pool import Served
 
 __all__ = ["Stack", "ServerThread", "start_stack", "free_port"]
 
@@ -70,7 +70,7 @@ class ServerThread:
 
 @dataclass
 class Stack:
-    pool: Pool
+    pool: Served
     backend: PolicyBackend
     server: ServerThread
     extra: dict[str, Any] = field(default_factory=dict)
@@ -97,7 +97,7 @@ class Stack:
         self.stop()
 
 
-def start_stack(pool: Pool, backend: PolicyBackend, settings: Any = None, host: str = "127.0.0.1",
+def start_stack(pool: Served, backend: PolicyBackend, settings: Any = None, host: str = "127.0.0.1",
                 port: int = 0, log_level: str = "warning", control: Any = None) -> Stack:
     """Serve ``pool`` + ``backend`` through a real gateway on ``host:port`` (0: a free port), uvicorn at ``log_level``;
     ``control`` (a :class:`~swarm.control.Control`) serves ``/v1/control``."""

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LINT = Path(sys.executable).with_name("lint-imports")
 
 
-@pytest.mark.parametrize("contract", ["top", "swarm", "acyclic"])
+@pytest.mark.parametrize("contract", ["top", "swarm", "acyclic", "pool-roles"])
 def test_import_contract(contract: str) -> None:
     if not LINT.exists():
         pytest.skip("import-linter is not installed (pip install -e '.[dev]')")

@@ -10,7 +10,7 @@ Lineage (a step's chain to the version it trained and that version's evals; a ve
 Everything ships in this package: one HTML page, a small vanilla-JS file and a stylesheet;
 charts are SVG rendered on the server. It imports no gateway module: credentials, errors
 and the service state come from :mod:`swarm.web`. Reads go through bounded, indexed queries
-(:mod:`swarm.dashboard.queries`) and background-refreshed aggregates
+(:class:`swarm.pool.Overview`, the pool's monitoring queries) and background-refreshed aggregates
 (:mod:`swarm.dashboard.snapshot`). It does not train, lease or change anything but labels and saved curations.
 See docs/dashboard.md.
 """

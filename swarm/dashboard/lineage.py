@@ -18,9 +18,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import Response
 
-from swarm.dashboard import queries, svg
-from swarm.pool.evals import eval_summary
-from swarm.pool.schema import INT32_MAX
+from swarm.dashboard import svg
+from swarm.pool import INT32_MAX, eval_summary
 from swarm.web.pool_json import readable_response
 from swarm.web.state import Service, ServiceState, reader_caller
 
@@ -47,20 +46,20 @@ def eval_chart(summary: list[dict[str, Any]], policy: str, version: int) -> str:
 @router.get("/dashboard/api/lineage/steps/{step_id}", dependencies=[Depends(reader_caller)])
 async def step_chain(step_id: str, state: ServiceState = Depends(Service)) -> Response:
     """Step -> episode (reward history) -> group -> lease -> update / version -> eval results."""
-    return readable_response(await state.db(state.pool.step_lineage, step_id))
+    return readable_response(await state.db(state.reader.step_lineage, step_id))
 
 
 @router.get("/dashboard/api/lineage/versions", dependencies=[Depends(reader_caller)])
 async def versions(state: ServiceState = Depends(Service)) -> dict[str, Any]:
     """Published policy versions, newest first (at most 200)."""
-    return {"data": await state.db(queries.policy_versions, state.pool, 200)}
+    return {"data": await state.db(state.overview.versions, 200)}
 
 
 @router.get("/dashboard/api/lineage/versions/{policy}/{version}", dependencies=[Depends(reader_caller)])
 async def version_chain(policy: str, version: int = Path(ge=0, le=INT32_MAX), limit: int = Query(25, ge=0, le=500),
                         offset: int = Query(0, ge=0, le=2**62), state: ServiceState = Depends(Service)) -> Response:
     """The data that made ``version`` (leases, counts, a page of steps) and its eval results, with a chart."""
-    d = await state.db(state.pool.version_lineage, policy, version, limit=limit, offset=offset)
-    rows = await state.db(state.pool.eval_results, policy)
+    d = await state.db(state.reader.version_lineage, policy, version, limit=limit, offset=offset)
+    rows = await state.db(state.versions.eval_results, policy)
     d["chart"] = eval_chart(eval_summary(rows), policy, version)
     return readable_response(d)

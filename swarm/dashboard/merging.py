@@ -7,8 +7,8 @@ the saving; and into one :class:`swarm.merge.PrefixTrie` for the tree view: each
 run of tokens, with how many sequences pass through it (shared spans have more than one) and
 how many of its tokens are trainable (a response token of some step).
 
-Tokens are read through the lease / group index and the content-addressed blocks; nothing
-here scans the pool. It does not train or log.
+The sequences come from the pool (:meth:`swarm.pool.Overview.sequences`: the lease / group index and
+the content-addressed blocks); nothing here reads the database. It does not train or log.
 """
 
 from __future__ import annotations
@@ -16,37 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import sqlalchemy as sa
-
-from swarm.dashboard.queries import read
 from swarm.dashboard.svg import PALETTE
 from swarm.merge import MODES, PrefixTrie, TrainSeq, merge_items
-from swarm.pool import Database
-from swarm.pool.rows import load_tokens
-from swarm.pool.schema import steps as S
 
-__all__ = ["load_sequences", "merge_summary", "tree_view", "icicle_svg", "MAX_STEPS"]
+__all__ = ["merge_summary", "tree_view", "icicle_svg", "MAX_STEPS"]
 
 MAX_STEPS = 512  # a batch or group larger than this is shown by its first MAX_STEPS steps
-
-
-def load_sequences(pool: Database, *, lease_id: str | None = None, group_id: str | None = None,
-                   limit: int = MAX_STEPS) -> list[dict[str, Any]]:
-    """Steps of a lease or a group with their exact prompt / response ids (index lookups)."""
-    cond = S.c.lease_id == lease_id if lease_id is not None else S.c.group_id == group_id
-    q = (sa.select(S.c.step_id, S.c.episode_id, S.c.idx, S.c.policy, S.c.policy_version, S.c.n_prompt,
-                   S.c.block_keys, S.c.tail)
-         .where(cond).order_by(S.c.created_at, S.c.step_id).limit(limit))
-    with read(pool) as c:
-        rows = list(c.execute(q).mappings())
-        tokens = load_tokens(c, rows, missing_ok=True)
-    out = []
-    for r in rows:
-        ids = tokens[r["step_id"]]
-        n = r["n_prompt"]
-        out.append({"step_id": r["step_id"], "episode_id": r["episode_id"], "index": r["idx"], "policy": r["policy"],
-                    "policy_version": r["policy_version"], "prompt_ids": ids[:n], "response_ids": ids[n:]})
-    return out
 
 
 def merge_summary(seqs: list[dict[str, Any]], token_budget: int = 4096) -> dict[str, Any]:

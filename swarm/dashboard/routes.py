@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 
 from swarm import loop
-from swarm.dashboard import queries, svg
+from swarm.dashboard import svg
 from swarm.dashboard.lineage import router as lineage_router
-from swarm.dashboard.merging import load_sequences, merge_summary, tree_view
+from swarm.dashboard.merging import MAX_STEPS, merge_summary, tree_view
 from swarm.dashboard.snapshot import Aggregates, MergeCache, RateCache
 from swarm.errors import NotFoundError
 from swarm.pool import StepFilter
@@ -45,8 +45,8 @@ class DashboardState:
     """Per-app caches (see :mod:`swarm.dashboard.snapshot`)."""
 
     def __init__(self, service: ServiceState) -> None:
-        self.aggregates = Aggregates(service.pool)
-        self.rates = RateCache(service.pool)
+        self.aggregates = Aggregates(service.overview)
+        self.rates = RateCache(service.overview)
         self.merges = MergeCache()
 
 
@@ -125,13 +125,13 @@ async def collection(request: Request, state: ServiceState = Depends(Service)) -
     dash = _dash(request)
     now = time.time()
     agg = await state.db(dash.aggregates.current)
-    latest = await state.db(queries.last_step_at, state.pool)
+    latest = await state.db(state.overview.last_step_at)
     live = latest is None or latest >= now - window
     end = now if live else latest
     rates = await state.db(dash.rates.series, window, 60, end)
-    clients = await state.db(queries.open_by_client, state.pool)
-    recent = await state.db(queries.recent_episodes, state.pool, 12)
-    active, agreed = await state.db(state.pool.sync_clients)
+    clients = await state.db(state.overview.open_by_client)
+    recent = await state.db(state.overview.recent_episodes, 12)
+    active, agreed = await state.db(state.agreements.sync_clients)
     known = {c["client_id"] for c in clients}
     for c in clients:
         c["idle_s"] = round(now - c.pop("last_seen"), 1)
@@ -165,7 +165,7 @@ async def steps(request: Request, state: ServiceState = Depends(Service)) -> Res
     order = control.get("order", "-created")
     if order not in ("-created", "created", "episode"):
         raise ApiError(400, "order must be '-created', 'created' or 'episode'", param="order", code="invalid_value")
-    rows = await state.db(queries.step_rows, state.pool, f, limit + 1, offset, order)
+    rows = await state.db(state.overview.step_rows, f, limit + 1, offset, order)
     return readable_response({"data": rows[:limit], "has_more": len(rows) > limit, "limit": limit, "offset": offset},
                              rows="data")
 
@@ -184,7 +184,7 @@ async def step_detail(step_id: str, state: ServiceState = Depends(Service)) -> R
     Text UTF-8 cannot encode (in the step, its episode or a sibling) is served escaped, its paths named
     under ``unreadable``, as the pool read API does.
     """
-    step = await state.db(state.pool.get_step, step_id, with_tokens=True)
+    step = await state.db(state.lookup.get_step, step_id, with_tokens=True)
     d = step_json(step, True)
     prompt, response = list(step.prompt_ids), list(step.response_ids)
     cut = max(0, len(prompt) + len(response) - _MAX_TOKENS_SHOWN)
@@ -192,10 +192,10 @@ async def step_detail(step_id: str, state: ServiceState = Depends(Service)) -> R
     d["tokens_view"] = {"prompt_skipped": cut, "prompt": prompt[cut:], "response": response,
                         "prompt_pieces": await state.cpu(_pieces, state.backend, step.policy, prompt[cut:]),
                         "response_pieces": await state.cpu(_pieces, state.backend, step.policy, response)}
-    ep = await state.db(state.pool.get_episode, step.episode_id)
-    siblings = await state.db(queries.step_rows, state.pool, StepFilter(episode_id=step.episode_id,
+    ep = await state.db(state.lookup.get_episode, step.episode_id)
+    siblings = await state.db(state.overview.step_rows, StepFilter(episode_id=step.episode_id,
                                                                         include_excluded=True), 500, 0, "episode")
-    labels = await state.db(queries.labels_of, state.pool, [step.step_id, step.episode_id])
+    labels = await state.db(state.overview.labels_of, [step.step_id, step.episode_id])
     d["episode"] = ep.model_dump(mode="json")
     d["episode_steps"] = siblings
     d["labels"] = {"step": labels.get(step.step_id, []), "episode": labels.get(step.episode_id, [])}
@@ -210,9 +210,9 @@ async def count(request: Request, state: ServiceState = Depends(Service)) -> dic
     exact = control.get("exact", "false").lower() in ("1", "true", "yes")
     cap = None if exact else int(_num(control, "cap", 10_000, 1, 10_000_000))
     t0 = time.perf_counter()
-    out = await state.db(queries.capped_count, state.pool, f, cap)
+    out = await state.db(state.overview.capped_count, f, cap)
     if f.consumed is None:
-        avail = await state.db(queries.capped_count, state.pool, f.model_copy(update={"consumed": False}), cap)
+        avail = await state.db(state.overview.capped_count, f.model_copy(update={"consumed": False}), cap)
     else:
         avail = out if f.consumed is False else {"steps": 0, "steps_capped": False}
     out["unconsumed"] = avail["steps"]
@@ -227,7 +227,7 @@ async def _trainer_filter(state: ServiceState, policy: str | None, staleness: in
     """The filter ``policy``'s trainer leases with next, from its published lease plan (the first plan's
     policy when none is named), and where it came from; with no plan, the default trainable filter at the
     latest version, labelled as such."""
-    plans = await state.db(state.pool.lease_plans)
+    plans = await state.db(state.leases.lease_plans)
     plan = next((p for p in plans if policy in (None, p["policy"])), None)
     if plan is not None:
         what = f", curation {plan['curation']}" if plan["curation"] else ""
@@ -237,7 +237,7 @@ async def _trainer_filter(state: ServiceState, policy: str | None, staleness: in
             "text": f"the filter of {plan['policy']}'s trainer's next lease (published at version {plan['version']}"
                     f"{what})"}
     policy = policy or "default"
-    version = await state.db(state.pool.latest_version, policy)
+    version = await state.db(state.versions.latest_version, policy)
     return loop.trainable_filter(policy, version, staleness), {
         "kind": "default", "policy": policy, "curation": None, "version": version, "updated_at": None,
         "policies": [p["policy"] for p in plans],
@@ -252,11 +252,11 @@ async def curation(request: Request, state: ServiceState = Depends(Service)) -> 
     control, f = _split(request, frozenset({"staleness", "trainer_policy"}))
     staleness = int(_num(control, "staleness", 1, 0, 1_000_000))  # without a plan: flows' train.max_staleness default
     trainer, source = await _trainer_filter(state, control.get("trainer_policy") or f.policy, staleness)
-    matching = await state.db(queries.capped_count, state.pool, trainer, 10_000)
+    matching = await state.db(state.overview.capped_count, trainer, 10_000)
     source |= {"matching_steps": matching["steps"], "matching_capped": matching["steps_capped"]}
-    version = await state.db(state.pool.latest_version, source["policy"])
-    labels = await state.db(queries.recent_labels, state.pool, 30)
-    saved = await state.db(state.pool.curations)
+    version = await state.db(state.versions.latest_version, source["policy"])
+    labels = await state.db(state.overview.recent_labels, 30)
+    saved = await state.db(state.reader.curations)
     agg = await state.db(_dash(request).aggregates.current)
     return {"trainer_filter": trainer.model_dump(mode="json", exclude_defaults=True), "trainer": source,
             "latest_version": version, "recent_labels": labels, "curations": [c.to_json() for c in saved],
@@ -279,7 +279,7 @@ async def save_curation(body: CurationSaveIn, caller: Caller = Depends(admin_cal
                         state: ServiceState = Depends(Service)) -> dict[str, Any]:
     """Save the filter as curation ``name`` (a new version when it changed; see ``POST /v1/pool/curations``)."""
     f = parse_filter(_code_version({k: v for k, v in body.filter.items() if v != ""}))
-    c = await state.write(state.pool.save_curation, body.name, f, note=body.note)
+    c = await state.write(state.reader.save_curation, body.name, f, note=body.note)
     return c.to_json()
 
 
@@ -299,10 +299,10 @@ async def add_labels(body: LabelsIn, caller: Caller = Depends(admin_caller),
                      state: ServiceState = Depends(Service)) -> dict[str, Any]:
     """Label each target; ``exclude: true`` keeps it out of every filter that does not ask for it,
     the trainer's lease included."""
-    pool = state.pool
+    annotator = state.annotator
 
     def run() -> list[dict[str, Any]]:
-        return [pool.label(body.target, t, body.label, exclude=body.exclude, note=body.note).model_dump(mode="json")
+        return [annotator.label(body.target, t, body.label, exclude=body.exclude, note=body.note).model_dump(mode="json")
                 for t in dict.fromkeys(body.target_ids)]
 
     return {"labels": await state.write(run)}
@@ -319,7 +319,7 @@ async def export(body: ExportIn, caller: Caller = Depends(admin_caller),
                  state: ServiceState = Depends(Service)) -> FileResponse:
     """The steps matching ``filter`` as a Parquet file (with exact token ids and logprobs by default)."""
     f = parse_filter(_code_version(body.filter))
-    return await _download(state, lambda path: state.pool.export_parquet(f, path, with_tokens=body.with_tokens),
+    return await _download(state, lambda path: state.reader.export_parquet(f, path, with_tokens=body.with_tokens),
                            "swarm-steps-%Y%m%d-%H%M%S.parquet", "application/vnd.apache.parquet")
 
 
@@ -348,7 +348,7 @@ async def export_jsonl(body: ChatExportIn, caller: Caller = Depends(admin_caller
                        state: ServiceState = Depends(Service)) -> FileResponse:
     """The branches matching ``filter`` as chat-format JSONL for SFT (one row per branch; ``min_reward``)."""
     f = parse_filter(_code_version({k: v for k, v in body.filter.items() if v != ""}))
-    return await _download(state, lambda path: state.pool.export_chat_jsonl(f, path, min_reward=body.min_reward),
+    return await _download(state, lambda path: state.reader.export_chat_jsonl(f, path, min_reward=body.min_reward),
                            "swarm-chat-%Y%m%d-%H%M%S.jsonl", "application/jsonl")
 
 
@@ -357,7 +357,7 @@ async def _batch_stats(state: ServiceState, dash: DashboardState, lease: dict[st
     cached = dash.merges.get(lease["lease_id"])
     if cached is not None:
         return cached
-    seqs = await state.db(load_sequences, state.pool, lease_id=lease["lease_id"])
+    seqs = await state.db(state.overview.sequences, lease_id=lease["lease_id"], limit=MAX_STEPS)
     stats = await state.cpu(merge_summary, seqs)
     if lease["state"] == "acked":  # a trained batch never changes
         dash.merges.put(lease["lease_id"], stats)
@@ -373,7 +373,7 @@ async def merging(request: Request, state: ServiceState = Depends(Service)) -> d
     """
     control, _ = _split(request, frozenset({"lease_id", "group_id"}))
     dash = _dash(request)
-    leases = await state.db(queries.recent_leases, state.pool, 30)
+    leases = await state.db(state.overview.recent_leases, 30)
     batches = []
     for ls in leases:
         st = await _batch_stats(state, dash, ls)
@@ -389,7 +389,8 @@ async def merging(request: Request, state: ServiceState = Depends(Service)) -> d
         lease_id = next((b["lease_id"] for b in batches if b["steps"]), None)
     selected = None
     if lease_id is not None or group_id is not None:
-        seqs = await state.db(load_sequences, state.pool, lease_id=lease_id, group_id=group_id)
+        seqs = await state.db(state.overview.sequences, lease_id=lease_id, group_id=group_id,
+                              limit=MAX_STEPS)
         if not seqs:
             raise NotFoundError("no steps in this batch or group", lease_id=lease_id, group_id=group_id)
         selected = {"lease_id": lease_id, "group_id": group_id,
@@ -422,9 +423,9 @@ async def consumption(request: Request, state: ServiceState = Depends(Service)) 
     dash = _dash(request)
     agg = await state.db(dash.aggregates.current)
     now = time.time()
-    leases = await state.db(queries.recent_leases, state.pool, 500)
-    totals = await state.db(queries.lease_totals, state.pool, now)
-    versions = await state.db(queries.policy_versions, state.pool, 200)
+    leases = await state.db(state.overview.recent_leases, 500)
+    totals = await state.db(state.overview.lease_totals, now)
+    versions = await state.db(state.overview.versions, 200)
     cum_leased, cum_acked, a, b = [], [], 0, 0
     for ls in sorted(leases, key=lambda x: x["created_at"]):
         a += ls["n_steps"]

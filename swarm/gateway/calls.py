@@ -25,7 +25,7 @@ from swarm.gateway.state import GatewayState
 from swarm.gateway.structured import chat_constraint, compile_constraint, completion_constraint, top_logprobs
 from swarm.policy.base import CLIENT_BODY, GenerateRequest, Generation, SamplingParams, vocab_size
 from swarm.policy.toolcalls import TOOL_CALL_OPEN, split_tool_calls
-from swarm.pool.filter import StepFilter
+from swarm.pool import StepFilter
 from swarm.records import Episode, Source, Step, new_id
 from swarm.web.auth import Caller
 from swarm.web.errors import ApiError
@@ -303,7 +303,7 @@ def _steps(plan: CallPlan, gens: list[Generation], base_index: int, parent: str 
 
 async def stored_call(state: GatewayState, episode_id: str, key: str, kind: str) -> list[Step]:
     """The steps an earlier ``kind`` call of ``episode_id`` with Idempotency-Key ``key`` stored (in choice order)."""
-    steps = await state.db(state.pool.query_steps, StepFilter(episode_id=episode_id, metadata={"idempotency_key": key}),
+    steps = await state.db(state.lookup.query_steps, StepFilter(episode_id=episode_id, metadata={"idempotency_key": key}),
                            with_tokens=True, order="episode")
     return [s for s in steps if s.metadata.get("idempotency_key") == key and s.metadata.get("kind") == kind]
 

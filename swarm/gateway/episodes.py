@@ -24,8 +24,7 @@ from typing import Any
 from swarm.errors import SwarmError
 from swarm.gateway.batcher import Batcher
 from swarm.gateway.prefix import PreviousCall
-from swarm.pool import Recorder
-from swarm.pool.heads import EpisodeHead
+from swarm.pool import EpisodeHead, Lookup, Recorder
 from swarm.records import Step
 
 __all__ = ["LastCall", "OpenEpisodes", "load_last_call"]
@@ -53,7 +52,7 @@ def last_call_of(steps: list[Step]) -> LastCall:
     return LastCall(last.index, last.step_id, [_previous(s) for s in chat])
 
 
-def load_last_call(pool: Recorder, episode_id: str) -> LastCall | None:
+def load_last_call(pool: Lookup, episode_id: str) -> LastCall | None:
     """The episode's last call as stored in the pool (the last step and its sibling choices)."""
     last = pool.last_step(episode_id, with_tokens=True)
     if last is None:
@@ -74,8 +73,9 @@ def load_last_call(pool: Recorder, episode_id: str) -> LastCall | None:
 class OpenEpisodes:
     """Heads read in batches, last calls kept in memory per episode (see the module docstring)."""
 
-    def __init__(self, pool: Recorder, db: Callable[..., Awaitable[Any]], capacity: int = 2048) -> None:
-        self.pool = pool
+    def __init__(self, recorder: Recorder, lookup: Lookup, db: Callable[..., Awaitable[Any]],
+                 capacity: int = 2048) -> None:
+        self.recorder, self.lookup = recorder, lookup
         self._db = db
         self.capacity = capacity
         self._last: OrderedDict[str, LastCall] = OrderedDict()
@@ -84,7 +84,7 @@ class OpenEpisodes:
         self.misses = 0
 
     async def _read_heads(self, ids: list[str]) -> list[EpisodeHead | None]:
-        heads = await self._db(self.pool.episode_heads, ids)
+        heads = await self._db(self.recorder.episode_heads, ids)
         return [heads.get(i) for i in ids]
 
     async def head(self, episode_id: str) -> EpisodeHead | None:
@@ -102,7 +102,7 @@ class OpenEpisodes:
             self.hits += 1
             return known
         self.misses += 1
-        loaded = await self._db(load_last_call, self.pool, ep_id)
+        loaded = await self._db(load_last_call, self.lookup, ep_id)
         if loaded is not None:
             self._keep(ep_id, loaded)
         return loaded

@@ -16,8 +16,7 @@ from fastapi import APIRouter, Depends, Request
 from swarm.gateway.routes_ingest import min_reward_source
 from swarm.gateway.schemas import EpisodeCreate, EpisodeEnd
 from swarm.gateway.state import GatewayState, State
-from swarm.pool.episodes import EpisodeEnding
-from swarm.pool.rewards import AUTHORITY
+from swarm.pool import AUTHORITY, EpisodeEnding
 from swarm.records import Episode, EpisodeStatus
 from swarm.web.auth import Caller
 from swarm.web.errors import ApiError
@@ -59,7 +58,7 @@ async def heartbeat(episode_id: str, caller: Caller = Depends(any_caller),
                     state: GatewayState = Depends(State)) -> dict[str, Any]:
     """Keep an open episode from being abandoned."""
     _check(caller, episode_id)
-    await state.write(state.pool.heartbeat, episode_id)
+    await state.write(state.recorder.heartbeat, episode_id)
     return {"episode_id": episode_id, "status": "open"}
 
 
@@ -77,7 +76,7 @@ async def end_episode(episode_id: str, body: EpisodeEnd | None = None, caller: C
             reward, step_rewards = None, None
         elif step_rewards:
             mine = AUTHORITY[caller.reward_source]
-            higher = await state.db(state.pool.step_reward_sources, episode_id, list(step_rewards))
+            higher = await state.db(state.annotator.step_reward_sources, episode_id, list(step_rewards))
             refused = {s: v for s, v in step_rewards.items() if AUTHORITY[higher.get(s, "agent")] > mine}
             step_rewards = {s: v for s, v in step_rewards.items() if s not in refused}
     ep = await state.episode_ender.submit(EpisodeEnding(episode_id, EpisodeStatus(body.status), reward,
@@ -90,17 +89,17 @@ async def end_episode(episode_id: str, body: EpisodeEnd | None = None, caller: C
     if body.reward is not None or body.step_rewards:
         src = caller.reward_source
         if note is not None:  # nothing of the ending's rewards applied
-            await state.write(state.pool.record_rewards, episode_id, src, body.reward, body.step_rewards, False, note)
+            await state.write(state.annotator.record_rewards, episode_id, src, body.reward, body.step_rewards, False, note)
         else:
             if raced:
-                await state.write(state.pool.record_rewards, episode_id, src, body.reward, None, False, raced)
+                await state.write(state.annotator.record_rewards, episode_id, src, body.reward, None, False, raced)
             if src != "agent":  # an unrecorded reward counts as the agent's anyway
-                await state.write(state.pool.record_rewards, episode_id, src, None if raced else body.reward,
+                await state.write(state.annotator.record_rewards, episode_id, src, None if raced else body.reward,
                                   step_rewards, True, "applied when the episode ended")
         if refused:
             why = (f"a higher authority set these steps' rewards, which a {src} cannot supersede; "
                    "kept in the history")
-            await state.write(state.pool.record_rewards, episode_id, src, None, refused, False, why)
+            await state.write(state.annotator.record_rewards, episode_id, src, None, refused, False, why)
             out["step_rewards_refused"] = {s: why for s in refused}
         out.update(reward_applied=note is None and raced is None, reward_source=src,
                    reward_reason=note or raced or "applied")
@@ -113,7 +112,7 @@ async def _end_reward_authority(state: GatewayState, caller: Caller, episode_id:
     floor = await min_reward_source(state, episode_id)
     if AUTHORITY[mine] < AUTHORITY[floor]:
         return f"this task takes rewards from {floor} or higher; the {mine}'s report is kept in the history"
-    current = await state.db(state.pool.episode_reward_authority, episode_id)
+    current = await state.db(state.annotator.episode_reward_authority, episode_id)
     if current is not None and AUTHORITY[current] > AUTHORITY[mine]:
         return f"the episode's reward was set by the {current}, which a {mine} cannot supersede; kept in the history"
     return None

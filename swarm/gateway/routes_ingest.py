@@ -33,8 +33,7 @@ from swarm.gateway.schemas import EventIn, FeedbackIn, StepsSubmit, WhiteboxStep
 from swarm.gateway.state import GatewayState, State
 from swarm.policy.base import vocab_size
 from swarm.policy.textguard import GUARD_CLOSE, GUARD_OPEN, strip_marks
-from swarm.pool.feedback import CORRECTION_KEY
-from swarm.pool.rewards import RewardOutcome
+from swarm.pool import CORRECTION_KEY, RewardOutcome
 from swarm.records import Event, Source, Step
 from swarm.web.auth import Caller
 from swarm.web.errors import ApiError
@@ -64,14 +63,14 @@ async def submit_steps(body: StepsSubmit, caller: Caller = Depends(episode_calle
         for s in body.steps:
             if s.step_id is not None:
                 try:
-                    known[s.step_id] = await state.db(state.pool.get_step, s.step_id, with_tokens=False)
+                    known[s.step_id] = await state.db(state.lookup.get_step, s.step_id, with_tokens=False)
                 except NotFoundError:
                     pass
         for sid, old in known.items():
             if old.episode_id != ep.episode_id:
                 raise ApiError(409, f"step id {sid} is already used by another episode", code="step_id_taken")
         await _check_parents(state, ep.episode_id, body)
-        last = await state.db(state.pool.last_step, ep.episode_id, with_tokens=False)
+        last = await state.db(state.lookup.last_step, ep.episode_id, with_tokens=False)
         index = 0 if last is None else last.index + 1
         steps, ids = [], []
         for i, s in enumerate(body.steps):
@@ -89,7 +88,7 @@ async def submit_steps(body: StepsSubmit, caller: Caller = Depends(episode_calle
             steps.append(step)
             ids.append(step.step_id)
         if steps:
-            await state.write(state.pool.add_steps, steps, append=True)
+            await state.write(state.recorder.add_steps, steps, append=True)
     return {"step_ids": ids}
 
 
@@ -113,7 +112,7 @@ async def _check_parents(state: GatewayState, episode_id: str, body: StepsSubmit
         parent = s.parent_step_id
         if parent is not None and parent not in earlier:
             try:
-                owner = (await state.db(state.pool.get_step, parent, with_tokens=False)).episode_id
+                owner = (await state.db(state.lookup.get_step, parent, with_tokens=False)).episode_id
             except NotFoundError:
                 owner = None
             if owner != episode_id:
@@ -128,12 +127,12 @@ async def _resolve(state: GatewayState, caller: Caller, episode_id: str | None, 
                    response_id: str | None) -> tuple[str | None, str | None]:
     """(episode_id, step_id) of a target, checked against the caller."""
     if response_id is not None:
-        step = await state.db(state.pool.get_step_by_response_id, response_id, with_tokens=False)
+        step = await state.db(state.lookup.get_step_by_response_id, response_id, with_tokens=False)
         if step_id is not None and step_id != step.step_id:
             raise ApiError(400, "step_id and response_id name different steps", param="response_id")
         step_id = step.step_id
     if step_id is not None:
-        step = await state.db(state.pool.get_step, step_id, with_tokens=False)
+        step = await state.db(state.lookup.get_step, step_id, with_tokens=False)
         if episode_id is not None and episode_id != step.episode_id:
             raise ApiError(400, "the step belongs to another episode than episode_id", param="episode_id")
         episode_id = step.episode_id
@@ -150,13 +149,13 @@ async def min_reward_source(state: GatewayState, episode_id: str) -> str:
     table = state.settings.reward_authority
     if not table:
         return "agent"
-    return table.get((await state.db(state.pool.get_episode, episode_id)).task, "agent")
+    return table.get((await state.db(state.lookup.get_episode, episode_id)).task, "agent")
 
 
 async def report_reward(state: GatewayState, caller: Caller, episode_id: str, step_id: str | None, reward: float,
                         final: bool = True) -> RewardOutcome:
     target = {"step_id": step_id} if step_id is not None else {"episode_id": episode_id}
-    return await state.write(state.pool.report_reward, **target, reward=reward, final=final,
+    return await state.write(state.annotator.report_reward, **target, reward=reward, final=final,
                              source=caller.reward_source, min_source=await min_reward_source(state, episode_id))
 
 
@@ -170,7 +169,7 @@ async def post_event(body: EventIn, caller: Caller = Depends(any_caller),
     source = Source.blackbox if caller.episode_id else Source.service
     ev = Event(kind=body.kind, episode_id=ep_id if step_id is None else None, step_id=step_id, name=body.name,
                value=body.value, source=source, payload=body.payload)
-    event_id = await state.write(state.pool.add_event, ev, apply_reward=False)
+    event_id = await state.write(state.annotator.add_event, ev, apply_reward=False)
     out: dict[str, Any] = {"event_id": event_id, "episode_id": ep_id, "step_id": step_id}
     if body.kind == "reward" and body.value is not None:
         out.update((await report_reward(state, caller, ep_id, step_id, body.value)).json())
@@ -203,7 +202,7 @@ async def post_feedback(body: FeedbackIn, caller: Caller = Depends(any_caller),
             payload[CORRECTION_KEY] = tokens
     ev = Event(kind="feedback", episode_id=ep_id if step_id is None else None, step_id=step_id, name=body.name,
                value=body.reward, rating=body.rating, correction=body.correction, source=source, payload=payload)
-    event_id = await state.write(state.pool.add_event, ev)
+    event_id = await state.write(state.annotator.add_event, ev)
     out: dict[str, Any] = {"event_id": event_id, "episode_id": ep_id, "step_id": step_id, "reward_applied": None,
                            **fixed}
     if body.reward is not None:  # by authority; a refused one stays in the history with its reason
@@ -215,8 +214,8 @@ async def correction_tokens(state: GatewayState, episode_id: str, step_id: str |
                             text: str) -> tuple[dict[str, Any] | None, str]:
     """``({"step_id", "policy", "ids"}, "")`` of a correction of the step (else the episode's last step),
     tokenized with that step's policy; ``(None, why)`` when it cannot be tokenized here."""
-    step = await (state.db(state.pool.get_step, step_id) if step_id is not None
-                  else state.db(state.pool.last_step, episode_id))
+    step = await (state.db(state.lookup.get_step, step_id) if step_id is not None
+                  else state.db(state.lookup.last_step, episode_id))
     if step is None:
         return None, "the episode has no step to correct"
     backend = state.backend

@@ -19,8 +19,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import Response
 
 from swarm.gateway.state import GatewayState, State
-from swarm.pool.evals import eval_summary
-from swarm.pool.schema import INT32_MAX
+from swarm.pool import INT32_MAX, eval_summary
 from swarm.web.auth import Caller
 from swarm.web.pool_json import readable_response
 from swarm.web.state import reader_caller
@@ -34,7 +33,7 @@ router = APIRouter(tags=["pool"])
 async def step_lineage(step_id: str, state: GatewayState = Depends(State),
                        _: Caller = Depends(reader_caller)) -> Response:
     """A step's episode (reward history, feedback), group, lease, consuming update, version and its evals."""
-    d = await state.db(state.pool.step_lineage, step_id)
+    d = await state.db(state.reader.step_lineage, step_id)
     return readable_response(d)
 
 
@@ -43,7 +42,7 @@ async def version_lineage(policy: str, version: int = Path(ge=0, le=INT32_MAX), 
                           offset: int = Query(0, ge=0, le=2**62), state: GatewayState = Depends(State),
                           _: Caller = Depends(reader_caller)) -> Response:
     """A version's record, parent, leases, the data that made it (counts and a page of steps), its evals."""
-    d = await state.db(state.pool.version_lineage, policy, version, limit=limit, offset=offset)
+    d = await state.db(state.reader.version_lineage, policy, version, limit=limit, offset=offset)
     return readable_response(d)
 
 
@@ -52,5 +51,5 @@ async def list_evals(policy: str | None = None, version: int | None = Query(None
                      limit: int = Query(1000, ge=0, le=1000), state: GatewayState = Depends(State),
                      _: Caller = Depends(reader_caller)) -> dict[str, Any]:
     """Eval results (of a policy, of a version), oldest first, and their per-version summary."""
-    rows = await state.db(state.pool.eval_results, policy, version, limit=limit)
+    rows = await state.db(state.versions.eval_results, policy, version, limit=limit)
     return {"object": "list", "data": [r.model_dump(mode="json") for r in rows], "summary": eval_summary(rows)}

@@ -20,8 +20,7 @@ from fastapi.responses import Response
 from swarm.gateway.routes_episodes import episode_json
 from swarm.gateway.schemas import AckRequest, CurationIn, LabelIn, LeaseRequest
 from swarm.gateway.state import GatewayState, State
-from swarm.pool.curations import parse_ref
-from swarm.pool.filter import StepFilter
+from swarm.pool import StepFilter, parse_ref
 from swarm.web.auth import Caller
 from swarm.web.errors import ApiError
 from swarm.web.pool_json import finite, parse_filter, readable_response, split_query, step_json
@@ -84,7 +83,7 @@ def _bool(paging: dict[str, str], key: str, default: bool) -> bool:
 @router.get("/v1/pool/stats")
 async def pool_stats(state: GatewayState = Depends(State), _: Caller = Depends(reader_caller)) -> dict[str, Any]:
     """Counts of steps and episodes by status, source, task and policy; token storage."""
-    return await state.db(state.pool.stats)
+    return await state.db(state.reader.stats)
 
 
 @router.get("/v1/pool/steps", openapi_extra={"parameters": _filter_params() + _paging_params()})
@@ -98,8 +97,8 @@ async def list_steps(request: Request, state: GatewayState = Depends(State),
     order = paging.get("order", "created")
     if order not in ("created", "-created", "episode"):
         raise ApiError(400, "order must be 'created', '-created' or 'episode'", param="order", code="invalid_value")
-    steps = await state.db(state.pool.query_steps, f, limit=limit, offset=offset, with_tokens=tokens, order=order)
-    total = await state.db(state.pool.count_steps, f)
+    steps = await state.db(state.lookup.query_steps, f, limit=limit, offset=offset, with_tokens=tokens, order=order)
+    total = await state.db(state.lookup.count_steps, f)
     return readable_response({"object": "list", "data": [step_json(s, tokens) for s in steps], "total": total,
                               "limit": limit, "offset": offset}, rows="data")
 
@@ -110,7 +109,7 @@ async def get_step(step_id: str, request: Request, state: GatewayState = Depends
     """One step, with token ids and logprobs unless ``with_tokens=false``."""
     paging, rest = split_query(request, _PAGING)
     tokens = _bool(paging, "with_tokens", True)
-    step = await state.db(state.pool.get_step, step_id, with_tokens=tokens)
+    step = await state.db(state.lookup.get_step, step_id, with_tokens=tokens)
     return readable_response(step_json(step, tokens))
 
 
@@ -121,7 +120,7 @@ async def list_episodes(request: Request, state: GatewayState = Depends(State),
     paging, raw = split_query(request, _PAGING)
     f = parse_filter(raw)
     limit, offset = _int(paging, "limit", 100, _MAX_LIMIT), _int(paging, "offset", 0)
-    eps = await state.db(state.pool.query_episodes, f, limit=limit, offset=offset)
+    eps = await state.db(state.lookup.query_episodes, f, limit=limit, offset=offset)
     return readable_response({"object": "list", "data": [episode_json(e) for e in eps], "limit": limit,
                               "offset": offset}, rows="data", id_key="episode_id")
 
@@ -130,15 +129,15 @@ async def list_episodes(request: Request, state: GatewayState = Depends(State),
 async def get_episode(episode_id: str, state: GatewayState = Depends(State),
                       _: Caller = Depends(reader_caller)) -> Response:
     """One episode."""
-    return readable_response(episode_json(await state.db(state.pool.get_episode, episode_id)), id_key="episode_id")
+    return readable_response(episode_json(await state.db(state.lookup.get_episode, episode_id)), id_key="episode_id")
 
 
 @router.get("/v1/pool/episodes/{episode_id}/rewards")
 async def episode_rewards(episode_id: str, state: GatewayState = Depends(State),
                           _: Caller = Depends(reader_caller)) -> Response:
     """Every reward reported for an episode and its steps, oldest first: source, value, applied, reason."""
-    await state.db(state.pool.get_episode, episode_id)  # 404 for an unknown episode
-    rows = await state.db(state.pool.reward_history, episode_id)
+    await state.db(state.lookup.get_episode, episode_id)  # 404 for an unknown episode
+    rows = await state.db(state.annotator.reward_history, episode_id)
     return readable_response({"object": "list", "data": rows}, rows="data", id_key="reward_id")
 
 
@@ -149,14 +148,14 @@ async def create_lease(body: LeaseRequest, caller: Caller = Depends(admin_caller
     if body.max_steps is None and body.max_groups is None:
         raise ApiError(400, "give max_steps and/or max_groups", param="max_steps", code="invalid_value")
     f = finite(body.filter)
-    lease = await state.write(state.pool.lease, f, max_steps=body.max_steps, max_groups=body.max_groups,
+    lease = await state.write(state.leases.lease, f, max_steps=body.max_steps, max_groups=body.max_groups,
                            ttl_s=body.ttl_s)
     try:  # the lease stands only once its answer is built: else its steps would stay held until the TTL
         return readable_response({"lease_id": lease.lease_id, "expires_at": lease.expires_at,
                                   "group_ids": list(lease.group_ids or []),
                                   "steps": [step_json(s, True) for s in lease.steps]}, rows="steps")
     except Exception:
-        await state.write(state.pool.release, lease.lease_id)
+        await state.write(state.leases.release, lease.lease_id)
         raise
 
 
@@ -164,7 +163,7 @@ async def create_lease(body: LeaseRequest, caller: Caller = Depends(admin_caller
 async def ack_lease(lease_id: str, body: AckRequest, caller: Caller = Depends(admin_caller),
                     state: GatewayState = Depends(State)) -> dict[str, Any]:
     """Mark a lease's steps consumed by ``consumed_version``."""
-    n = await state.write(state.pool.ack, lease_id, body.consumed_version)
+    n = await state.write(state.leases.ack, lease_id, body.consumed_version)
     return {"lease_id": lease_id, "acked": n}
 
 
@@ -172,7 +171,7 @@ async def ack_lease(lease_id: str, body: AckRequest, caller: Caller = Depends(ad
 async def release_lease(lease_id: str, caller: Caller = Depends(admin_caller),
                         state: GatewayState = Depends(State)) -> dict[str, Any]:
     """Give a lease's steps back unconsumed."""
-    await state.write(state.pool.release, lease_id)
+    await state.write(state.leases.release, lease_id)
     return {"lease_id": lease_id, "released": True}
 
 
@@ -180,7 +179,7 @@ async def release_lease(lease_id: str, caller: Caller = Depends(admin_caller),
 async def add_label(body: LabelIn, caller: Caller = Depends(admin_caller),
                     state: GatewayState = Depends(State)) -> dict[str, Any]:
     """A curation label on a step or an episode; ``exclude: true`` keeps it out of training."""
-    lbl = await state.write(state.pool.label, body.target, body.target_id, body.label, exclude=body.exclude,
+    lbl = await state.write(state.annotator.label, body.target, body.target_id, body.label, exclude=body.exclude,
                          note=body.note)
     return lbl.model_dump(mode="json")
 
@@ -190,14 +189,14 @@ async def save_curation(body: CurationIn, caller: Caller = Depends(admin_caller)
                         state: GatewayState = Depends(State)) -> dict[str, Any]:
     """Save a filter as curation ``name``: version 1, or the newest version + 1 when the filter changed
     (the same filter as the newest version saves nothing and returns that version)."""
-    c = await state.write(state.pool.save_curation, body.name, finite(body.filter), note=body.note)
+    c = await state.write(state.reader.save_curation, body.name, finite(body.filter), note=body.note)
     return c.to_json()
 
 
 @router.get("/v1/pool/curations")
 async def list_curations(state: GatewayState = Depends(State), _: Caller = Depends(reader_caller)) -> dict[str, Any]:
     """The newest version of every saved curation, by name."""
-    return {"object": "list", "data": [c.to_json() for c in await state.db(state.pool.curations)]}
+    return {"object": "list", "data": [c.to_json() for c in await state.db(state.reader.curations)]}
 
 
 @router.get("/v1/pool/curations/{name}", openapi_extra={"parameters": [
@@ -210,11 +209,11 @@ async def get_curation(name: str, request: Request, state: GatewayState = Depend
         version = _int(dict(request.query_params), "version", 1, 2**31 - 1)
         if version < 1:
             raise ApiError(400, "version must be >= 1", param="version", code="invalid_value")
-    c = await state.db(state.pool.curation, base, version)
+    c = await state.db(state.reader.curation, base, version)
     return c.to_json()
 
 
 @router.get("/v1/pool/lease_plans")
 async def lease_plans(state: GatewayState = Depends(State), _: Caller = Depends(reader_caller)) -> dict[str, Any]:
     """Per trained policy, the filter its trainer's next lease uses (written when it starts waiting)."""
-    return {"object": "list", "data": await state.db(state.pool.lease_plans)}
+    return {"object": "list", "data": await state.db(state.leases.lease_plans)}

@@ -39,7 +39,7 @@ def _metadata(body: ResponsesRequest) -> dict[str, Any]:
 async def _previous(state: GatewayState, caller: Caller, response_id: str) -> list[dict[str, Any]]:
     """The conversation ``previous_response_id`` names: a response of the caller's own episode (else a 404)."""
     try:
-        step = await state.db(state.pool.get_step_by_response_id, response_id, with_tokens=False)
+        step = await state.db(state.lookup.get_step_by_response_id, response_id, with_tokens=False)
     except NotFoundError:
         step = None
     if step is None or step.episode_id != caller.episode_id:

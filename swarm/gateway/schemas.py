@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from swarm.pool.filter import StepFilter
+from swarm.pool import StepFilter
 from swarm.records import EpisodeType
 from swarm.web.limits import FreeJSON, Id, Int32, ModelJSONList, ModelText, Name, Task, Text, check_json
 

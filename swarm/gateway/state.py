@@ -17,9 +17,7 @@ from fastapi import Request
 from swarm.gateway.batcher import Batcher
 from swarm.gateway.episodes import OpenEpisodes
 from swarm.policy.base import PolicyBackend
-from swarm.pool import Pool
-from swarm.pool.episodes import EpisodeEnding
-from swarm.pool.heads import EpisodeHead
+from swarm.pool import EpisodeEnding, EpisodeHead, Served
 from swarm.records import Episode, EpisodeStatus, Step
 from swarm.web.auth import Caller
 from swarm.web.errors import ApiError
@@ -32,15 +30,15 @@ __all__ = ["GatewayState", "State"]
 class GatewayState(ServiceState):
     """The service state with open-episode heads, group-commit writers and per-episode locks."""
 
-    def __init__(self, pool: Pool, backend: PolicyBackend, settings: GatewaySettings) -> None:
+    def __init__(self, pool: Served, backend: PolicyBackend, settings: GatewaySettings) -> None:
         super().__init__(pool, backend, settings)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-        self.episodes = OpenEpisodes(pool, self.db)
+        self.episodes = OpenEpisodes(self.recorder, self.lookup, self.db)
         # group commit: concurrent calls' steps, episode opens and episode ends each go to the pool
         # in one transaction per batch
         self.step_writer: Batcher[list[Step], None] = Batcher(self._write_steps)
-        self.episode_opener: Batcher[Episode, Episode] = Batcher(functools.partial(self.write, pool.add_episodes))
-        self.episode_ender: Batcher[EpisodeEnding, Episode] = Batcher(functools.partial(self.write, pool.end_episodes))
+        self.episode_opener: Batcher[Episode, Episode] = Batcher(functools.partial(self.write, self.recorder.add_episodes))
+        self.episode_ender: Batcher[EpisodeEnding, Episode] = Batcher(functools.partial(self.write, self.recorder.end_episodes))
         # (episode, kind, Idempotency-Key) -> steps this process stored for that call: a repeat racing the first
         # call is answered from here without a pool read under the episode lock (bounded, oldest dropped)
         self.recent_calls: OrderedDict[tuple[str, str, str], list[Step]] = OrderedDict()
@@ -52,7 +50,7 @@ class GatewayState(ServiceState):
 
     async def _write_steps(self, calls: list[list[Step]]) -> list[None]:
         # the pool numbers them in its write transaction: another gateway may write these episodes too
-        await self.write(self.pool.add_steps, [s for steps in calls for s in steps], append=True)
+        await self.write(self.recorder.add_steps, [s for steps in calls for s in steps], append=True)
         return [None] * len(calls)
 
     def episode_lock(self, episode_id: str) -> asyncio.Lock:

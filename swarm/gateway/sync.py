@@ -30,7 +30,7 @@ class AgreeIn(BaseModel):
 
 
 async def _state_json(state: GatewayState) -> dict[str, Any]:
-    active, agreed = await state.db(state.pool.sync_clients)
+    active, agreed = await state.db(state.agreements.sync_clients)
     return {"active_clients": sorted(active), "agreed_clients": sorted(agreed)}
 
 
@@ -38,7 +38,7 @@ async def _state_json(state: GatewayState) -> dict[str, Any]:
 async def agree(body: AgreeIn, caller: Caller = Depends(sync_caller),
                 state: GatewayState = Depends(State)) -> dict[str, Any]:
     """A client asks for an update now (C4: any active client suffices; C5: all must ask)."""
-    await state.write(state.pool.agree, body.client_id)
+    await state.write(state.agreements.agree, body.client_id)
     return await _state_json(state)
 
 

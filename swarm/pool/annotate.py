@@ -31,17 +31,18 @@ __all__ = ["AnnotateMixin"]
 class AnnotateMixin(Database):
     """Rewards, events, labels, policy versions and stats for :class:`swarm.pool.store.Pool`."""
 
-    def set_reward(
+    def _set_reward(
         self, *, episode_id: str | None = None, step_id: str | None = None, reward: float, final: bool = True,
         keep_final: bool = False,
     ) -> bool:
-        """Set an episode's or a step's reward, at any time (late rewards are welcome).
+        """Set an episode's or a step's reward without a record (it counts as the agent's: see
+        :mod:`swarm.pool.rewards`); callers go through :meth:`report_reward` or a ``reward`` event.
 
         With ``keep_final`` a reward that is already final stays as it is (the caller keeps the
         late one as an event); returns whether the reward was set.
         """
         if (episode_id is None) == (step_id is None):
-            raise ValidationError("set_reward needs exactly one of episode_id and step_id")
+            raise ValidationError("a reward needs exactly one of episode_id and step_id")
         check_reward(reward, "reward")
         status = (RewardStatus.final if final else RewardStatus.pending).value
         table, col, ident = (S, S.c.step_id, step_id) if step_id is not None else (E, E.c.episode_id, episode_id)
@@ -78,7 +79,7 @@ class AnnotateMixin(Database):
                                     "record": ev.model_dump(mode="json")})
         if ev.kind == "reward" and apply_reward:  # a final reward is kept; a later one stays in the history as this event
             target = {"step_id": ev.step_id} if ev.step_id is not None else {"episode_id": ev.episode_id}
-            self.set_reward(**target, reward=ev.value, final=True, keep_final=True)
+            self._set_reward(**target, reward=ev.value, final=True, keep_final=True)
         return ev.event_id
 
     def events(self, episode_id: str | None = None, step_id: str | None = None) -> list[Event]:

@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from swarm.errors import ConflictError, ValidationError
-from swarm.pool.engine import Database, claim_lock
+from swarm.pool.engine import Database
 from swarm.pool.schema import NAME_LEN
 from swarm.pool.schema import trainer_claims as T
 from swarm.records import now
@@ -58,7 +58,7 @@ class ClaimsMixin(Database):
             raise ValidationError(f"claim: ttl_s={ttl_s} must be > 0")
         t = now()
         with self._tx(write=True) as c:
-            claim_lock(c)
+            self.sql.claim_lock(c)
             row = c.execute(sa.select(T).where(T.c.policy == policy)).mappings().first()
             if row is not None and row["holder"] != holder:
                 age = t - row["heartbeat_at"]

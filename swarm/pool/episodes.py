@@ -1,4 +1,4 @@
-"""Episode lifecycle in the pool: open, keep alive, end (with final rewards), abort, abandon.
+"""Episode lifecycle in the pool: open, keep alive, end (with final rewards, or as failed), abandon.
 
 A mixin of :class:`swarm.pool.store.Pool`; same transactions and errors (ValidationError,
 NotFoundError, ConflictError). ``add_episodes`` / ``end_episodes`` do many opens / ends in one
@@ -33,7 +33,6 @@ __all__ = ["EpisodeEnding", "EpisodesMixin"]
 _IDS = sa.bindparam("ids", expanding=True)
 _TAKEN = sa.select(E.c.episode_id).where(E.c.episode_id.in_(_IDS))
 _ROWS = sa.select(E).where(E.c.episode_id.in_(_IDS))
-_ROWS_LOCKED = _ROWS.with_for_update()
 _OWNERS = sa.select(S.c.step_id, S.c.episode_id).where(S.c.step_id.in_(_IDS))
 _SET_EPISODE = E.update().where(E.c.episode_id == sa.bindparam("_id"))
 _SET_STEP = S.update().where(S.c.step_id == sa.bindparam("_id"))
@@ -108,7 +107,7 @@ class EpisodesMixin(Database):
             # the update writes every _ENDED column back, changed or not, so the rows stay locked from
             # this read on: SQLite's write lock does it, PostgreSQL locks them (in id order: concurrent
             # batches queue, never deadlock)
-            rows = _rows(c, _ROWS_LOCKED if self.dialect == "postgresql" else _ROWS, ids)
+            rows = _rows(c, self.sql.lock_rows(_ROWS), ids)
             t = now()
             updates = []
             for i, e in enumerate(endings):
@@ -130,10 +129,6 @@ class EpisodesMixin(Database):
             _final_step_rewards(c, endings)
             stored = _rows(c, _ROWS, ids)
         return [to_episode(stored[e.episode_id]) for e in endings]
-
-    def abort_episode(self, episode_id: str) -> Episode:
-        """End an open episode as failed."""
-        return self.end_episode(episode_id, status=EpisodeStatus.failed)
 
     def abandon_stale(self, now: float | None = None) -> list[str]:
         """Mark open episodes idle for longer than their ``timeout_s`` abandoned; returns their ids.

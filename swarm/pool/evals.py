@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from swarm.pool.checks import chunks, coerce
-from swarm.pool.engine import Database, transaction
+from swarm.pool.engine import Database
 from swarm.pool.schema import ID_LEN, NAME_LEN
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import eval_results as R
@@ -189,13 +189,13 @@ def record_run_evals(pool: Database, since: float, policies: Sequence[str] | Non
     Only ``policies``, when given (frozen opponents' seats are eval episodes too). ``metadata`` (e.g.
     the MLflow run id) goes on each row. Returns the rows written."""
     rows: list[EvalResult] = []
-    with transaction(pool.engine) as c:
+    with pool._tx() as c:
         touched = sorted(pv for pv in _touched(c, since - lag_s) if policies is None or pv[0] in policies)
         for policy, version in touched:
             rows += aggregate_evals(_version_evals(c, policy, version), "run", {**(metadata or {}), "upto": now()})
     rows = [r.model_copy(update={"eval_id": run_eval_id(r.policy, r.version, r.task)}) for r in rows]
     if rows:
-        with transaction(pool.engine, write=True) as c:
+        with pool._tx(write=True) as c:
             c.execute(R.delete().where(R.c.eval_id.in_([r.eval_id for r in rows])))
             c.execute(R.insert(), [{**r.model_dump(exclude={"metadata"}), "meta": r.metadata} for r in rows])
     return rows

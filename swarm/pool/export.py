@@ -80,7 +80,7 @@ class ExportMixin(Database):
         cols: dict[str, list] = {k: [] for k in schema}
         token_cols = [S.c.block_keys, S.c.tail, S.c.logprobs] if with_tokens else []
         base = (sa.select(*(e.label(k) for k, (_, e) in _SCALARS.items()), S.c.body, S.c.meta, *token_cols)
-                .select_from(JOIN).where(*step_conditions(f, self.dialect)).order_by(S.c.created_at, S.c.step_id))
+                .select_from(JOIN).where(*step_conditions(f, self.sql)).order_by(S.c.created_at, S.c.step_id))
         offset = 0
         while True:
             with self._tx() as c:
@@ -134,7 +134,7 @@ class ExportMixin(Database):
         offset = 0
         while True:
             with self._tx() as c:
-                page = read_steps(c, step_conditions(f, self.dialect), False, ORDERS["episode"], _PAGE, offset)
+                page = read_steps(c, step_conditions(f, self.sql), False, ORDERS["episode"], _PAGE, offset)
             for s in page:
                 if episode and s.episode_id != episode[0].episode_id:
                     yield episode

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from swarm.errors import ValidationError
 from swarm.pool.checks import chunks
-from swarm.pool.engine import Database, insert_ignore
+from swarm.pool.engine import Database
 from swarm.pool.filter import StepFilter
 from swarm.pool.query import JOIN, step_conditions
 from swarm.pool.rows import read_steps
@@ -109,7 +109,7 @@ class FeedbackMixin(Database):
                 return []
             flt = StepFilter(policy=policy, episode_status=EpisodeStatus.finished, episode_type=EpisodeType.train,
                              reward_status=RewardStatus.pending, consumed=False)
-            cond = step_conditions(flt, self.dialect)
+            cond = step_conditions(flt, self.sql)
             step_ids = sorted({r["step_id"] for r in recs if r.get("step_id")})
             ep_ids = sorted({r["episode_id"] for r in recs if not r.get("step_id") and r.get("episode_id")})
             ok_steps: set[str] = set()
@@ -167,7 +167,7 @@ class FeedbackMixin(Database):
         rows = [{"event_id": e, "consumed_version": int(consumed_version), "policy": policy, "created_at": t}
                 for e in dict.fromkeys(event_ids)]
         with self._tx(write=True) as c:
-            insert_ignore(c, FU, rows)
+            self.sql.insert_ignore(c, FU, rows)
         return len(rows)
 
     def feedback_uses(self, event_ids: list[str]) -> dict[str, list[int]]:

@@ -5,7 +5,7 @@ It only describes a selection; :mod:`swarm.pool.store` turns it into indexed SQL
 Field names are the JSON / query-string keys of the HTTP API.
 
 Bounded: at most :data:`MAX_METADATA_KEYS` metadata keys (each is a JSON condition on two columns)
-and :data:`MAX_GROUP_IDS` group ids (bound as one parameter: :func:`swarm.pool.query.in_ids`);
+and :data:`MAX_GROUP_IDS` group ids (bound as one parameter: :meth:`swarm.pool.engines.Dialect.in_ids`);
 more is a validation error (a 400 over HTTP).
 """
 

@@ -24,7 +24,8 @@ from pydantic import BaseModel, ConfigDict
 
 from swarm.errors import ConflictError, LeaseError, ValidationError
 from swarm.pool.checks import chunks, coerce
-from swarm.pool.engine import Database, claim_lock
+from swarm.pool.engine import Database
+from swarm.pool.engines import Dialect
 from swarm.pool.filter import StepFilter
 from swarm.pool.query import JOIN, good_groups, has_group_conditions, singletons_pass, step_conditions
 from swarm.pool.rows import read_steps
@@ -71,11 +72,11 @@ class LeaseMixin(Database):
         f = _check_lease_args(filter, max_steps, max_groups, ttl_s)
         lease_id = new_id("lease")
         with self._tx(write=True) as c:
-            claim_lock(c)
+            self.sql.claim_lock(c)
             t = now()
             expires = t + float(ttl_s)
             unclaimed = _unclaimed(t)
-            chosen, ids = _select(c, f, self.dialect, unclaimed, max_steps, max_groups)
+            chosen, ids = _select(c, f, self.sql, unclaimed, max_steps, max_groups)
             _claim(c, lease_id, ids, unclaimed, expires)
             c.execute(LS.insert(), {"lease_id": lease_id, "state": "active", "n_steps": len(ids), "created_at": t,
                                     "expires_at": expires, "consumed_version": None, "filter": f.model_dump(mode="json")})
@@ -149,7 +150,7 @@ def _unclaimed(t: float) -> list[sa.ColumnElement]:
 def _select(
     c: sa.Connection,
     f: StepFilter,
-    dialect: str,
+    sql: Dialect,
     unclaimed: list[sa.ColumnElement],
     max_steps: int | None,
     max_groups: int | None,
@@ -157,8 +158,8 @@ def _select(
     """The group keys to lease (oldest first) and their available step ids."""
     sel = f.model_copy(update={"consumed": None})  # stated once, in ``unclaimed``
     # group conditions are checked on candidate groups only, not over the whole pool
-    where = [*step_conditions(sel, dialect, groups=False), *unclaimed, E.c.status != EpisodeStatus.abandoned.value]
-    check = _group_check(c, sel, dialect) if has_group_conditions(sel) else None
+    where = [*step_conditions(sel, sql, groups=False), *unclaimed, E.c.status != EpisodeStatus.abandoned.value]
+    check = _group_check(c, sel, sql) if has_group_conditions(sel) else None
     order = _candidate_groups(c, where, max_groups or 2 * (max_steps or 0), check)
     return _fit(order, _members(c, where, order), max_steps, max_groups)
 
@@ -194,14 +195,14 @@ def _claim(c: sa.Connection, lease_id: str, ids: list[str], unclaimed: list[sa.C
         raise ConflictError("steps were claimed concurrently; retry the lease", lease_id=lease_id)
 
 
-def _group_check(c: sa.Connection, f: StepFilter, dialect: str) -> Callable[[list[str]], set[str]]:
+def _group_check(c: sa.Connection, f: StepFilter, sql: Dialect) -> Callable[[list[str]], set[str]]:
     """A function keeping the group keys that pass ``f``'s group conditions."""
 
     def keep(keys: list[str]) -> set[str]:
         ok = {k for k in keys if k.startswith("\0")} if singletons_pass(f) else set()
         grouped = [k for k in keys if not k.startswith("\0")]
         for chunk in chunks(grouped):
-            ok.update(c.execute(good_groups(f, dialect).where(S.c.group_id.in_(chunk))).scalars())
+            ok.update(c.execute(good_groups(f, sql).where(S.c.group_id.in_(chunk))).scalars())
         return ok
 
     return keep

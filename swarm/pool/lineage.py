@@ -30,7 +30,7 @@ from swarm.errors import NotFoundError, ValidationError
 from swarm.pool.checks import check_page
 from swarm.pool.engine import Database
 from swarm.pool.evals import EvalResult, eval_summary
-from swarm.pool.query import JOIN, REWARD, REWARD_FINAL, in_ids
+from swarm.pool.query import JOIN, REWARD, REWARD_FINAL
 from swarm.pool.schema import INT32_MAX
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import eval_results as R
@@ -50,13 +50,6 @@ _STEP_COLS = (S.c.step_id, S.c.episode_id, S.c.idx.label("index"), S.c.parent_st
               S.c.policy, S.c.policy_version, S.c.source, S.c.response_id, REWARD.label("reward"),
               REWARD_FINAL.label("reward_final"), S.c.length, S.c.n_prompt, S.c.created_at, S.c.lease_id,
               S.c.consumed_version, S.c.consumed_at)
-
-
-def _code_version(dialect: str) -> sa.ColumnElement:
-    """The episode's ``metadata.code_version`` as text (the task code that ran it)."""
-    if dialect == "postgresql":
-        return E.c.meta.op("->>")(sa.literal("code_version"))
-    return sa.func.json_extract(E.c.meta, "$.code_version")
 
 
 def _version_record(c: sa.Connection, policy: str, version: int | None) -> dict[str, Any] | None:
@@ -163,7 +156,7 @@ class LineageMixin(Database):
             # not ix_steps_policy_version over every step of the policy
             made = [S.c.policy.concat("") == policy, S.c.consumed_version == version]
             if candidates:
-                made.append(in_ids(S.c.lease_id, [r["lease_id"] for r in candidates], self.dialect))
+                made.append(self.sql.in_ids(S.c.lease_id, [r["lease_id"] for r in candidates]))
                 data, per_lease = self._made_of(c, made, version)
             else:
                 data, per_lease = dict(_EMPTY_MADE), {}
@@ -211,7 +204,7 @@ class LineageMixin(Database):
         n_eps, n_groups = c.execute(
             sa.select(sa.func.count(sa.distinct(S.c.episode_id)),
                       sa.func.count(sa.distinct(sa.func.coalesce(S.c.group_id, S.c.step_id)))).where(*made)).one()
-        cv = _code_version(self.dialect)
+        cv = self.sql.json_text(E.c.meta, "code_version")
         codes = {("none" if k is None else str(k)): int(m) for k, m in c.execute(
             sa.select(cv, sa.func.count(sa.distinct(S.c.episode_id))).select_from(JOIN).where(*made).group_by(cv))}
         data = {"steps": n, "episodes": int(n_eps), "groups": int(n_groups), "tokens": tokens,

@@ -10,21 +10,21 @@ episode's; it is final when whichever applies is final.
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
-from swarm.errors import ValidationError
 from swarm.pool.filter import StepFilter
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import labels as L
 from swarm.pool.schema import steps as S
 from swarm.records import RewardStatus, now
 
-__all__ = ["JOIN", "REWARD", "REWARD_FINAL", "step_conditions", "episode_conditions", "group_key", "in_ids",
-           "good_groups", "has_group_conditions", "singletons_pass"]
+if TYPE_CHECKING:
+    from swarm.pool.engines import Dialect
+
+__all__ = ["JOIN", "REWARD", "REWARD_FINAL", "step_conditions", "episode_conditions", "group_key", "good_groups",
+           "has_group_conditions", "singletons_pass"]
 
 JOIN = S.join(E, E.c.episode_id == S.c.episode_id)
 _OWN = S.c.reward.is_not(None)
@@ -39,33 +39,6 @@ def group_key() -> sa.ColumnElement:
     return sa.func.coalesce(S.c.group_id, S.c.step_id)
 
 
-def _json_eq(col: sa.Column, key: str, value: Any, dialect: str) -> sa.ColumnElement:
-    if dialect == "postgresql":
-        return col.op("->", return_type=JSONB)(sa.literal(key)) == sa.cast(sa.literal(json.dumps(value)), JSONB)
-    if '"' in key or "\\" in key:
-        raise ValidationError(f"metadata: key {key!r} may not contain quotes or backslashes")
-    path = f'$."{key}"'
-    kind = sa.func.json_type(col, path)
-    val = sa.func.json_extract(col, path)
-    if value is None:
-        return kind == "null"
-    if isinstance(value, bool):
-        return kind == ("true" if value else "false")
-    if isinstance(value, int | float):
-        return sa.and_(kind.in_(["integer", "real"]), val == value)
-    if isinstance(value, str):
-        return sa.and_(kind == "text", val == value)
-    if isinstance(value, dict | list):
-        return val == json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    raise ValidationError(f"metadata: value for {key!r} must be JSON, got {type(value).__name__}")
-
-
-def _json_has(col: sa.Column, key: str, dialect: str) -> sa.ColumnElement:
-    if dialect == "postgresql":
-        return col.op("?", return_type=sa.Boolean)(sa.literal(key))
-    return sa.func.json_type(col, f'$."{key}"').is_not(None)
-
-
 def _labelled(target_col: sa.ColumnElement, target: str, *extra: sa.ColumnElement) -> sa.ColumnElement:
     return sa.exists().where(L.c.target_id == target_col, L.c.target == target, *extra)
 
@@ -74,21 +47,7 @@ def _has_label(*extra: sa.ColumnElement) -> sa.ColumnElement:
     return sa.or_(_labelled(S.c.step_id, "step", *extra), _labelled(S.c.episode_id, "episode", *extra))
 
 
-def in_ids(col: sa.ColumnElement, ids: list[str], dialect: str) -> sa.ColumnElement:
-    """``col IN ids`` with one bound parameter for the whole list, however long.
-
-    An ``IN (:a, :b, ...)`` list binds one parameter per id, and PostgreSQL refuses a statement with
-    more than 65,535 (``group_ids`` of a 40k-group lease did). PostgreSQL takes the list as one array
-    (``= ANY(:ids)``), SQLite as one JSON text (``IN (SELECT value FROM json_each(:ids))``); both use
-    the column's index.
-    """
-    if dialect == "postgresql":
-        return col == sa.any_(sa.cast(sa.bindparam(None, list(ids), type_=ARRAY(sa.Text)), ARRAY(sa.Text)))
-    each = sa.func.json_each(sa.bindparam(None, json.dumps(list(ids)), type_=sa.Text)).table_valued("value")
-    return col.in_(sa.select(each.c.value))
-
-
-def step_conditions(f: StepFilter, dialect: str, groups: bool = True) -> list[sa.ColumnElement]:
+def step_conditions(f: StepFilter, sql: Dialect, groups: bool = True) -> list[sa.ColumnElement]:
     """WHERE conditions selecting the steps ``f`` describes (``groups=False``: no group conditions)."""
     c: list[sa.ColumnElement] = []
     if f.policy is not None:
@@ -103,8 +62,8 @@ def step_conditions(f: StepFilter, dialect: str, groups: bool = True) -> list[sa
         c.append(S.c.group_id == f.group_id)
     if f.group_ids is not None:
         # group_key() IN (...) spelled so that the group_id and step_id indexes apply
-        c.append(sa.or_(in_ids(S.c.group_id, f.group_ids, dialect),
-                        sa.and_(S.c.group_id.is_(None), in_ids(S.c.step_id, f.group_ids, dialect))))
+        c.append(sa.or_(sql.in_ids(S.c.group_id, f.group_ids),
+                        sa.and_(S.c.group_id.is_(None), sql.in_ids(S.c.step_id, f.group_ids))))
     if f.episode_type is not None:
         c.append(E.c.type == f.episode_type.value)
     if f.reward_status is not None:
@@ -125,8 +84,8 @@ def step_conditions(f: StepFilter, dialect: str, groups: bool = True) -> list[sa
         c.append(E.c.ended_at >= f.ended_since)
     for key, value in f.metadata.items():
         # the step's own metadata wins; a key it lacks is looked up on its episode
-        c.append(sa.or_(_json_eq(S.c.meta, key, value, dialect),
-                        sa.and_(sa.not_(_json_has(S.c.meta, key, dialect)), _json_eq(E.c.meta, key, value, dialect))))
+        c.append(sa.or_(sql.json_eq(S.c.meta, key, value),
+                        sa.and_(sa.not_(sql.json_has(S.c.meta, key)), sql.json_eq(E.c.meta, key, value))))
     if f.label is not None:
         c.append(_has_label(L.c.label == f.label))
     if not f.include_excluded:
@@ -137,7 +96,7 @@ def step_conditions(f: StepFilter, dialect: str, groups: bool = True) -> list[sa
         free = sa.or_(S.c.lease_id.is_(None), S.c.lease_expires_at <= now())
         c.append(sa.not_(free) if f.leased else free)
     if groups and has_group_conditions(f):
-        c.append(_group_condition(f, dialect))
+        c.append(_group_condition(f, sql))
     return c
 
 
@@ -145,7 +104,7 @@ def has_group_conditions(f: StepFilter) -> bool:
     return f.nonzero_variance or f.min_group_size is not None
 
 
-def good_groups(f: StepFilter, dialect: str) -> sa.Select:
+def good_groups(f: StepFilter, sql: Dialect) -> sa.Select:
     """group_ids whose matching steps pass the group conditions (variance, size)."""
     having: list[sa.ColumnElement] = []
     if f.nonzero_variance:
@@ -154,7 +113,7 @@ def good_groups(f: StepFilter, dialect: str) -> sa.Select:
     if f.min_group_size is not None:
         having.append(sa.func.count() >= f.min_group_size)
     return (sa.select(S.c.group_id).select_from(JOIN)
-            .where(S.c.group_id.is_not(None), *step_conditions(f, dialect, groups=False))
+            .where(S.c.group_id.is_not(None), *step_conditions(f, sql, groups=False))
             .group_by(S.c.group_id).having(*having).correlate(None))
 
 
@@ -163,15 +122,15 @@ def singletons_pass(f: StepFilter) -> bool:
     return not f.nonzero_variance and (f.min_group_size or 1) <= 1
 
 
-def _group_condition(f: StepFilter, dialect: str) -> sa.ColumnElement:
-    cond = S.c.group_id.in_(good_groups(f, dialect))
+def _group_condition(f: StepFilter, sql: Dialect) -> sa.ColumnElement:
+    cond = S.c.group_id.in_(good_groups(f, sql))
     return sa.or_(cond, S.c.group_id.is_(None)) if singletons_pass(f) else cond
 
 
 _STEP_ONLY = ("policy", "source", "max_staleness", "min_length", "max_length", "consumed", "leased", "label")
 
 
-def episode_conditions(f: StepFilter, dialect: str) -> list[sa.ColumnElement]:
+def episode_conditions(f: StepFilter, sql: Dialect) -> list[sa.ColumnElement]:
     """WHERE conditions on ``episodes`` for ``f``.
 
     Episode fields (task, group, type, status, time range, metadata, labels on the episode)
@@ -198,13 +157,13 @@ def episode_conditions(f: StepFilter, dialect: str) -> list[sa.ColumnElement]:
     if f.ended_since is not None:
         c.append(E.c.ended_at >= f.ended_since)
     for key, value in f.metadata.items():
-        c.append(_json_eq(E.c.meta, key, value, dialect))
+        c.append(sql.json_eq(E.c.meta, key, value))
     if not f.include_excluded:
         c.append(sa.not_(_labelled(E.c.episode_id, "episode", L.c.exclude.is_(True))))
     step_fields = {k: getattr(f, k) for k in _STEP_ONLY if getattr(f, k) is not None}
     if step_fields or f.nonzero_variance or f.min_group_size is not None:
         sf = StepFilter(**step_fields, current_version=f.current_version, nonzero_variance=f.nonzero_variance,
                         min_group_size=f.min_group_size, include_excluded=f.include_excluded)
-        matching = sa.select(S.c.episode_id).select_from(JOIN).where(*step_conditions(sf, dialect)).correlate(None)
+        matching = sa.select(S.c.episode_id).select_from(JOIN).where(*step_conditions(sf, sql)).correlate(None)
         c.append(E.c.episode_id.in_(matching))
     return c

@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from swarm.errors import NotFoundError, ValidationError
 from swarm.pool.checks import check_reward, chunks
 from swarm.pool.engine import Database
+from swarm.pool.engines import Dialect
 from swarm.pool.schema import episodes as E
 from swarm.pool.schema import rewards as RW
 from swarm.pool.schema import steps as S
@@ -78,7 +79,7 @@ class RewardsMixin(Database):
         with self._tx(write=True) as c:
             # PostgreSQL: hold the episode's row from here on, so the read-decide-write below is atomic
             # against another report (or the episode's end) for the same episode; SQLite's write lock does it
-            _lock_episode(c, episode_id, step_id)
+            _lock_episode(c, self.sql, episode_id, step_id)
             if step_id is not None:
                 row = c.execute(sa.select(S.c.episode_id, S.c.reward, S.c.reward_status,
                                           E.c.reward.label("ep_reward"), E.c.reward_status.label("ep_status"))
@@ -171,15 +172,15 @@ def step_authorities(c: sa.Connection, episode_id: str, step_ids: list[str]) -> 
     return out
 
 
-def _lock_episode(c: sa.Connection, episode_id: str | None, step_id: str | None) -> None:
-    """Lock the target's episode row for the rest of the transaction (PostgreSQL; a no-op on SQLite)."""
-    if c.dialect.name != "postgresql":
+def _lock_episode(c: sa.Connection, sql: Dialect, episode_id: str | None, step_id: str | None) -> None:
+    """Lock the target's episode row for the rest of the transaction (a no-op on a single-writer engine)."""
+    if sql.single_writer:
         return
     if episode_id is None:
         episode_id = c.execute(sa.select(S.c.episode_id).where(S.c.step_id == step_id)).scalar()
         if episode_id is None:
             return  # no such step: the caller's read reports it
-    c.execute(sa.select(E.c.episode_id).where(E.c.episode_id == episode_id).with_for_update())
+    c.execute(sql.lock_rows(sa.select(E.c.episode_id).where(E.c.episode_id == episode_id)))
 
 
 def clear_lower_step_rewards(c: sa.Connection, episode_id: str, authority: int) -> None:

@@ -31,7 +31,7 @@ from swarm.pool.blocks import cut, pack_floats
 from swarm.pool.checks import check_page, chunks, coerce, scrub_nul
 from swarm.pool.claims import ClaimsMixin
 from swarm.pool.curations import CurationsMixin
-from swarm.pool.engine import insert_ignore
+from swarm.pool.engines import Dialect, engine_section
 from swarm.pool.episodes import EpisodesMixin
 from swarm.pool.evals import EvalsMixin
 from swarm.pool.export import ExportMixin
@@ -40,6 +40,7 @@ from swarm.pool.filter import StepFilter
 from swarm.pool.heads import HeadsMixin
 from swarm.pool.lease import LeaseMixin
 from swarm.pool.lineage import LineageMixin
+from swarm.pool.overview import Overview
 from swarm.pool.query import JOIN, episode_conditions, step_conditions
 from swarm.pool.rewards import RewardsMixin
 from swarm.pool.rows import ORDERS, digest, read_episode, read_steps, to_episode
@@ -49,31 +50,45 @@ from swarm.pool.schema import steps as S
 from swarm.pool.settle import SettleMixin
 from swarm.records import Episode, EpisodeStatus, Step, now
 
-__all__ = ["Pool"]
+__all__ = ["Pool", "open_pool"]
 
 # the statements of every step write, built once (SQLAlchemy then reuses their compiled form;
 # building them per call cost more CPU than running them)
 _IDS = sa.bindparam("ids", expanding=True)
 _EXISTING = sa.select(S.c.step_id, S.c.digest, S.c.idx).where(S.c.step_id.in_(_IDS))
 _EPISODES = sa.select(E.c.episode_id, E.c.status, E.c.task, E.c.group_id).where(E.c.episode_id.in_(_IDS))
-_EPISODES_LOCKED = _EPISODES.with_for_update()
 _TOPS = sa.select(S.c.episode_id, sa.func.max(S.c.idx)).where(S.c.episode_id.in_(_IDS)).group_by(S.c.episode_id)
 _TOUCH = E.update().where(E.c.episode_id.in_(_IDS)).values(updated_at=sa.bindparam("t"))
 
 
 class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, HeadsMixin, AgreementsMixin,
            RewardsMixin, EvalsMixin, CurationsMixin, FeedbackMixin, LineageMixin, ClaimsMixin):
-    """The data pool on SQLite (``sqlite:///file.db``) or PostgreSQL (``postgresql+psycopg://``).
+    """The data pool on one of the engines of :mod:`swarm.pool.engines`: SQLite (``sqlite:///file.db``) or
+    PostgreSQL (``postgresql+psycopg://``) built in.
 
     ``block_size`` is the token block length of the content-addressed store; steps written
-    with different block sizes coexist (each step lists its own blocks).
+    with different block sizes coexist (each step lists its own blocks). ``sql`` is the engine's
+    :class:`~swarm.pool.engines.Dialect` (default: the URL scheme's, default settings);
+    :func:`swarm.pool.open_pool` opens a pool with configured settings or an engine of a plugin.
+    ``overview`` holds the monitoring queries (:class:`~swarm.pool.overview.Overview`).
     """
 
-    def __init__(self, url: str = "sqlite:///swarm_pool.db", block_size: int = 64) -> None:
+    def __init__(self, url: str = "sqlite:///swarm_pool.db", block_size: int = 64, sql: Dialect | None = None) -> None:
         if block_size < 1:
             raise ValidationError("block_size must be >= 1", block_size=block_size)
-        super().__init__(url)
+        super().__init__(url, sql)
         self.block_size = block_size
+        self._overview = Overview(self)
+
+    @property
+    def overview(self) -> Overview:
+        """The bounded, read-only monitoring queries of this pool (the dashboard's)."""
+        return self._overview
+
+    @property
+    def single_writer(self) -> bool:
+        """Whether a write excludes every other (SQLite): a caller may then queue its own writers."""
+        return self.sql.single_writer
 
     # ---------------------------------------------------------------- episodes
     def get_episode(self, episode_id: str) -> Episode:
@@ -85,7 +100,7 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         """Episodes matching ``filter`` (its episode conditions), oldest first."""
         f = coerce(StepFilter, filter or StepFilter(), "filter")
         check_page(limit, offset)
-        q = (sa.select(E).where(*episode_conditions(f, self.dialect)).order_by(E.c.created_at, E.c.episode_id)
+        q = (sa.select(E).where(*episode_conditions(f, self.sql)).order_by(E.c.created_at, E.c.episode_id)
              .limit(limit).offset(offset))
         with self._tx() as c:
             return [to_episode(r) for r in c.execute(q).mappings()]
@@ -170,7 +185,7 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         ep_ids = sorted({s.episode_id for s in batch.values()})
         eps: dict[str, Any] = {}
         # appends to one episode queue here on PostgreSQL (FOR UPDATE); SQLite's write lock does it there
-        q = _EPISODES_LOCKED if append and self.dialect == "postgresql" else _EPISODES
+        q = self.sql.lock_rows(_EPISODES) if append else _EPISODES
         for chunk in chunks(ep_ids):
             eps.update({r.episode_id: r for r in c.execute(q, {"ids": chunk})})
         next_idx: dict[str, int] = {}
@@ -201,7 +216,7 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
             rows.append({**p["row"], "idx": norm.index, "task": norm.task, "group_id": norm.group_id, "digest": dig})
             block_rows.update(p["blocks"])
             touched.add(s.episode_id)
-        insert_ignore(c, B, [{"key": k, "tokens": t} for k, t in block_rows.items()])
+        self.sql.insert_ignore(c, B, [{"key": k, "tokens": t} for k, t in block_rows.items()])
         if rows:
             c.execute(S.insert(), rows)
         if touched:
@@ -244,18 +259,29 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         if order not in ORDERS:
             raise ValidationError(f"order: must be one of {sorted(ORDERS)}, got {order!r}")
         with self._tx() as c:
-            return read_steps(c, step_conditions(f, self.dialect), with_tokens, ORDERS[order], limit, offset)
+            return read_steps(c, step_conditions(f, self.sql), with_tokens, ORDERS[order], limit, offset)
 
     def count_episodes(self, filter: StepFilter | None = None) -> int:
         """How many episodes match ``filter`` (its episode conditions)."""
         f = coerce(StepFilter, filter or StepFilter(), "filter")
-        q = sa.select(sa.func.count()).select_from(E).where(*episode_conditions(f, self.dialect))
+        q = sa.select(sa.func.count()).select_from(E).where(*episode_conditions(f, self.sql))
         with self._tx() as c:
             return int(c.execute(q).scalar_one())
 
     def count_steps(self, filter: StepFilter | None = None) -> int:
         """How many steps match ``filter``."""
         f = coerce(StepFilter, filter or StepFilter(), "filter")
-        q = sa.select(sa.func.count()).select_from(JOIN).where(*step_conditions(f, self.dialect))
+        q = sa.select(sa.func.count()).select_from(JOIN).where(*step_conditions(f, self.sql))
         with self._tx() as c:
             return int(c.execute(q).scalar_one())
+
+
+def open_pool(url: str, *, engine: str | None = None, **settings: Any) -> Pool:
+    """Open the pool at ``url`` (tables created when missing) on the engine its scheme names, or on ``engine``:
+    a built-in kind or the dotted path of a module that declares one (:mod:`swarm.pool.engines`).
+
+    ``settings`` are ``block_size`` and the engine's own (SQLite's ``busy_timeout_s``, ...); a mistyped one is
+    a ConfigError naming the close one. ``open_pool(**section.model_dump())`` opens a validated ``pool`` section.
+    """
+    section = engine_section(url, engine, **settings)
+    return Pool(section.url, block_size=section.block_size, sql=section.build())

@@ -32,7 +32,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, StringConstraints
 
-from swarm.pool.schema import ID_LEN, INT32_MAX, NAME_LEN
+from swarm.pool import ID_LEN, INT32_MAX, NAME_LEN
 
 __all__ = ["MAX_JSON_DEPTH", "MAX_JSON_BYTES", "Id", "Task", "Name", "Text", "Int32", "FreeJSON", "JSONList",
            "ModelText", "ModelJSONList", "check_json", "check_text", "check_unicode", "bad_unicode_path", "repair_unicode"]

@@ -15,8 +15,7 @@ import pydantic_core
 from fastapi import Request
 from fastapi.responses import Response
 
-from swarm.pool.filter import StepFilter
-from swarm.pool.schema import INT32_MAX
+from swarm.pool import INT32_MAX, StepFilter
 from swarm.records import Step
 from swarm.web.errors import ApiError, describe_validation
 from swarm.web.limits import MAX_JSON_BYTES, check_json, repair_unicode

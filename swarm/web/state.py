@@ -1,5 +1,9 @@
-"""ServiceState: what every route of the app needs (pool, backend, settings, key signer), its auth checks, and
-the FastAPI dependencies over them (:func:`Service` and the six kinds of caller a route may require).
+"""ServiceState: what every route of the app needs (the pool's roles, backend, settings, key signer), its auth
+checks, and the FastAPI dependencies over them (:func:`Service` and the six kinds of caller a route may require).
+
+The pool comes in as :class:`swarm.pool.Served` and is handed to routes by role (``lookup``, ``recorder``,
+``annotator``, ``reader``, ``leases``, ``versions``, ``agreements``, ``overview``), so each call says which
+part of the pool it uses and nothing here needs the concrete :class:`~swarm.pool.Pool`.
 
 One instance per app, on ``app.state.gateway`` (the gateway's :class:`~swarm.gateway.state.GatewayState`
 extends it with the episode write path). Pool calls are blocking (SQLAlchemy), so routes run them through
@@ -20,7 +24,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from swarm.policy.base import PolicyBackend
-from swarm.pool import Pool
+from swarm.pool import Agreements, Annotator, LeaseBook, Lookup, Overview, Reader, Recorder, Served, Versions
 from swarm.web.auth import KEY_PREFIX, Caller, KeySigner, bearer_token, token_matches
 from swarm.web.errors import ApiError
 from swarm.web.settings import GatewaySettings
@@ -33,16 +37,23 @@ INLINE_CHARS = 4096  # see ServiceState.cpu
 
 
 class ServiceState:
-    """The pool and backend an app serves, its settings, and the credential checks of its routes."""
+    """The pool (by role) and backend an app serves, its settings, and the credential checks of its routes."""
 
-    def __init__(self, pool: Pool, backend: PolicyBackend, settings: GatewaySettings) -> None:
-        self.pool = pool
+    def __init__(self, pool: Served, backend: PolicyBackend, settings: GatewaySettings) -> None:
+        self.lookup: Lookup = pool
+        self.recorder: Recorder = pool
+        self.annotator: Annotator = pool
+        self.reader: Reader = pool
+        self.leases: LeaseBook = pool
+        self.versions: Versions = pool
+        self.agreements: Agreements = pool
+        self.overview: Overview = pool.overview
         self.backend = backend
         self.settings = settings
         self.signer = KeySigner(settings.secret)
         # SQLite has one writer at a time and its busy handler sleeps with backoff (up to 100 ms)
         # while it waits: queueing our own writers here instead keeps p99 and throughput sane.
-        self._write_gate = asyncio.Lock() if getattr(pool, "dialect", None) == "sqlite" else None
+        self._write_gate = asyncio.Lock() if pool.single_writer else None
 
     async def db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking pool call on a worker thread."""

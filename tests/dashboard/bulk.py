@@ -17,7 +17,6 @@ import uuid
 
 from swarm.pool import Pool
 from swarm.pool.blocks import cut, pack_floats, pack_ids
-from swarm.pool.engine import insert_ignore, transaction
 from swarm.pool.schema import blocks, episodes, leases, policy_versions, steps
 
 TASKS = ("math", "echo", "werewolves")
@@ -37,8 +36,8 @@ def fill(pool: Pool, n_steps: int, days: float = 7.0, seed: int = 0, chunk: int 
         ids = [rng.randrange(1000) for _ in range(64)]
         full, _ = cut(ids, pool.block_size)
         templates.append((ids, full))
-    with transaction(pool.engine, write=True) as c:
-        insert_ignore(c, blocks, [{"key": k, "tokens": t} for _, full in templates for k, t in full])
+    with pool._tx(write=True) as c:
+        pool.sql.insert_ignore(c, blocks, [{"key": k, "tokens": t} for _, full in templates for k, t in full])
         c.execute(policy_versions.insert(), [{"policy": "default", "version": v, "adapter_path": None,
                                               "created_at": t0 + (now - t0) * v / versions, "meta": {}}
                                              for v in range(1, versions + 1)])
@@ -48,7 +47,7 @@ def fill(pool: Pool, n_steps: int, days: float = 7.0, seed: int = 0, chunk: int 
 
     def flush(final: bool = False) -> None:
         nonlocal ep_rows, step_rows
-        with transaction(pool.engine, write=True) as c:
+        with pool._tx(write=True) as c:
             if ep_rows:
                 c.execute(episodes.insert(), ep_rows)
             if step_rows:

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from swarm.client import SwarmClient
-from swarm.records import Episode, PolicyVersion, Step
+from swarm.records import Episode, EpisodeStatus, PolicyVersion, Step
 
 ADMIN = "dash-admin-token"  # the admin token of the dashboard tests' gateway
 WORDS = ("apple", "river", "stone", "cloud", "amber", "maple", "tiger", "ocean")
@@ -133,6 +133,6 @@ def finished_game_run(pool: Any, hours_ago: float = 3.0, span_s: float = 240.0) 
         if status == "finished":
             pool.end_episode(ep.episode_id, reward=reward)
         elif status == "failed":
-            pool.abort_episode(ep.episode_id)
+            pool.end_episode(ep.episode_id, status=EpisodeStatus.failed)
         episodes.append(ep.episode_id)
     return {"episodes": episodes, "steps": n_steps, "t_end": t0 + span_s * (n_steps - 1) / n_steps}

@@ -109,7 +109,7 @@ def test_group_variance_and_size(pool: Pool):
     assert ids(pool, min_group_size=1) == sid(same) | sid(mixed) | sid(pair) | {lone.step_id}
     assert ids(pool, nonzero_variance=True, min_group_size=3) == sid(mixed)
     # variance counts final rewards only, over the steps the rest of the filter selects
-    pool.set_reward(step_id=pair[0].step_id, reward=5.0, final=False)
+    pool.report_reward(step_id=pair[0].step_id, reward=5.0, source="admin", final=False)
     assert ids(pool, nonzero_variance=True) == sid(mixed)
     pool.label("step", mixed[0].step_id, "bad", exclude=True)
     assert ids(pool, nonzero_variance=True) == set()  # what is left of "mixed" has zero variance
@@ -165,7 +165,7 @@ def test_simple_filters_use_indexes(sqlite_url: str):
             (StepFilter(group_id="g"), "ix_steps_group"),
             (StepFilter(policy="p", current_version=3, max_staleness=1), "ix_steps_policy_version"),
         ]:
-            q = sa.select(S.c.step_id).select_from(JOIN).where(*step_conditions(f, "sqlite"))
+            q = sa.select(S.c.step_id).select_from(JOIN).where(*step_conditions(f, pool.sql))
             sql = str(q.compile(pool.engine, compile_kwargs={"literal_binds": True}))
             with pool.engine.connect() as c:
                 plan = " ".join(str(r[-1]) for r in c.exec_driver_sql("EXPLAIN QUERY PLAN " + sql))

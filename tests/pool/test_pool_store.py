@@ -115,7 +115,7 @@ def test_end_episode_rewards_and_reward_resolution(pool: Pool):
     with pytest.raises(NotFoundError, match="not in this episode"):
         pool.end_episode(ep2.episode_id, step_rewards={s0.step_id: 1.0})
     assert pool.get_episode(ep2.episode_id).status == EpisodeStatus.open  # rolled back
-    assert pool.abort_episode(ep2.episode_id).status == EpisodeStatus.failed
+    assert pool.end_episode(ep2.episode_id, status=EpisodeStatus.failed).status == EpisodeStatus.failed
 
 
 def test_late_rewards_and_events(pool: Pool):
@@ -124,12 +124,13 @@ def test_late_rewards_and_events(pool: Pool):
     pool.add_step(s)
     pool.end_episode(ep.episode_id)  # no reward yet
     assert pool.get_step(s.step_id).reward_status == RewardStatus.pending
-    pool.set_reward(episode_id=ep.episode_id, reward=0.25, final=False)
+    pool.report_reward(episode_id=ep.episode_id, reward=0.25, source="agent", final=False)
     assert pool.get_step(s.step_id).reward_status == RewardStatus.pending
     pool.add_event(Event(kind="reward", episode_id=ep.episode_id, value=1.0))
     got = pool.get_step(s.step_id)
     assert (got.reward, got.reward_status) == (1.0, RewardStatus.final)
-    pool.set_reward(step_id=s.step_id, reward=-1.0)
+    assert not pool.report_reward(step_id=s.step_id, reward=-1.0, source="agent").applied  # final: kept as history
+    pool.report_reward(step_id=s.step_id, reward=-1.0, source="admin")
     assert pool.get_step(s.step_id).reward == -1.0
     ev = Event(kind="feedback", step_id=s.step_id, rating=4, correction="better")
     pool.add_event(ev)
@@ -137,11 +138,11 @@ def test_late_rewards_and_events(pool: Pool):
     assert [e.kind for e in got_events] == ["reward", "feedback"] and got_events[1].episode_id == ep.episode_id
     assert pool.events(step_id=s.step_id)[0].correction == "better"
     with pytest.raises(ValidationError, match="exactly one"):
-        pool.set_reward(reward=1.0)
+        pool.report_reward(reward=1.0, source="admin")
     with pytest.raises(ValidationError, match="finite"):
-        pool.set_reward(step_id=s.step_id, reward=float("inf"))
+        pool.report_reward(step_id=s.step_id, reward=float("inf"), source="admin")
     with pytest.raises(NotFoundError):
-        pool.set_reward(step_id="step-nope", reward=1.0)
+        pool.report_reward(step_id="step-nope", reward=1.0, source="admin")
     with pytest.raises(NotFoundError):
         pool.add_event(Event(kind="feedback", episode_id="ep-nope"))
 
@@ -152,7 +153,7 @@ def test_heartbeat_and_abandon_stale(pool: Pool):
     forever = episode(pool, created_at=100.0, updated_at=100.0)
     s = step(stale)
     pool.add_step(s)  # activity: updated_at = now
-    pool.set_reward(episode_id=stale.episode_id, reward=1.0)
+    pool.report_reward(episode_id=stale.episode_id, reward=1.0, source="agent")
     assert pool.abandon_stale(now=50.0) == []
     pool.heartbeat(fresh.episode_id)
     import time
