@@ -13,11 +13,18 @@ responses with :attr:`SwarmError.status_code`; nothing here knows about HTTP its
     ├── ConfigError            a config key is missing or wrong (names the key and the fix)
     ├── BackendError           an inference backend failed or refused a request
     │   ├── ContextLengthError the prompt plus max_tokens exceed the model's context
-    │   └── ChecksumError      a model file does not match the checksum recorded for it
+    │   ├── ChecksumError      a model file does not match the checksum recorded for it
+    │   ├── RateLimitError     the upstream server answered 429 (swarm.policy.upstream)
+    │   ├── VLLMServerError    the local vLLM server did not start or died (swarm.policy.vllm_server)
+    │   ├── JudgeReplyError    a judge reply is not the asked JSON; also a ValueError (swarm.judge.prompt)
+    │   └── JudgeFailed        every attempt of a judge call failed; also a RuntimeError (swarm.judge.service)
     ├── ApiError               a request the app refuses: HTTP status + OpenAI fields (swarm.web.errors)
     └── ClientError            the gateway refused a call or was unreachable; also a RuntimeError (swarm.client.sdk)
 
-The last two live with the code that raises them (HTTP and the client SDK); this module imports neither.
+The entry points add theirs under SwarmError too: ``StartError`` (flows.session, a session stage failed
+to start) and ``EvalFailed`` (flows.eval, no episode finished), both also RuntimeErrors. The ones named with a module live
+with the code that raises them (HTTP, the client SDK, a backend, the judge); this module imports none
+of them. The research agent keeps its own tree (research_agent.errors), outside the library.
 """
 
 from __future__ import annotations

@@ -16,14 +16,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from swarm.errors import BackendError
 from swarm.judge.spec import JudgeSpec
 
 __all__ = ["Trajectory", "JudgeReplyError", "judge_messages", "score_schema", "response_format", "parse_scores",
            "cache_key", "chunks", "shared_prefix", "render_message"]
 
 
-class JudgeReplyError(ValueError):
-    """The judge's reply is not the asked JSON (the message says what is wrong)."""
+class JudgeReplyError(BackendError, ValueError):
+    """The judge's reply is not the asked JSON (the message says what is wrong); also a ValueError."""
 
 
 @dataclass(frozen=True)

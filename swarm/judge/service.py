@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 
 from swarm.client.sdk import SwarmClient
+from swarm.errors import BackendError
 from swarm.judge.prompt import (
     JudgeReplyError,
     Trajectory,
@@ -74,11 +75,11 @@ class _Chunk:
     cached: bool
 
 
-class JudgeFailed(RuntimeError):
-    """Every attempt of a judge call failed; ``judge_episode`` holds the recorded attempts."""
+class JudgeFailed(BackendError, RuntimeError):
+    """Every attempt of a judge call failed; ``judge_episode`` holds the recorded attempts. Also a RuntimeError."""
 
-    def __init__(self, reason: str, judge_episode: str) -> None:
-        super().__init__(reason)
+    def __init__(self, reason: str, judge_episode: str, group_id: str | None = None) -> None:
+        super().__init__(reason, judge_episode=judge_episode, group_id=group_id)
         self.judge_episode = judge_episode
 
 
@@ -165,9 +166,9 @@ class GroupJudge:
             try:
                 got = self._judge_chunk(group_id, i, [e for e, _ in part], [t for _, t in part])
             except JudgeFailed as exc:
-                self._mark_failed(group_id, members, str(exc), exc.judge_episode)
+                self._mark_failed(group_id, members, exc.message, exc.judge_episode)
                 self._count("failed", done=group_id)
-                return GroupOutcome(group_id, "failed", judge_episodes=[exc.judge_episode], reason=str(exc))
+                return GroupOutcome(group_id, "failed", judge_episodes=[exc.judge_episode], reason=exc.message)
             out.judge_episodes.append(got.judge_episode)
             out.status = "judged" if not got.cached else out.status
             results.extend((e, s, got) for (e, _), s in zip(part, got.scores, strict=True))
@@ -224,7 +225,7 @@ class GroupJudge:
             return _Chunk(scores, ep.episode_id, sid, cached=False)
         reason = f"judge {self.spec.policy!r} failed {len(errors)} attempts; last: {errors[-1]}"
         self._end(ep, "failed", {"status": "failed", "attempts": len(errors), "errors": errors})
-        raise JudgeFailed(reason, ep.episode_id)
+        raise JudgeFailed(reason, ep.episode_id, group_id)
 
     def _ask(self, base_url: str, api_key: str, messages: list[dict[str, str]], n: int) -> str:
         """One judge call through the gateway: temperature 0, the score schema as ``response_format``."""

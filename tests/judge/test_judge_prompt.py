@@ -1,10 +1,20 @@
-"""The judge's pure parts: spec checks, what the judge sees, the score schema, reply parsing, cache keys, chunks."""
+"""The judge's pure parts: spec checks, what the judge sees, the score schema, reply parsing, cache keys, chunks, errors."""
 
 from __future__ import annotations
 
 import pytest
 
-from swarm.judge import JudgeReplyError, JudgeSpec, Trajectory, combine, judge_messages, parse_scores, score_schema
+from swarm.errors import BackendError, SwarmError
+from swarm.judge import (
+    JudgeFailed,
+    JudgeReplyError,
+    JudgeSpec,
+    Trajectory,
+    combine,
+    judge_messages,
+    parse_scores,
+    score_schema,
+)
 from swarm.judge.prompt import cache_key, chunks, shared_prefix
 
 SYS = {"role": "system", "content": "Solve it."}
@@ -76,3 +86,11 @@ def test_bad_specs_name_their_key(cfg: dict, key: str) -> None:
     with pytest.raises(ValueError, match=f"^{key}"):
         JudgeSpec.from_config({"kind": "judge", **cfg})
     assert JudgeSpec.from_config({"kind": "judge", "scale": [1, 7], "weights": {"task": 1}}).scale_max == 7
+
+
+def test_judge_errors_sit_in_the_swarm_tree_and_keep_their_builtin_bases():
+    assert issubclass(JudgeReplyError, BackendError) and issubclass(JudgeReplyError, ValueError)
+    exc = JudgeFailed("judge 'j' failed 2 attempts", "ep-1", "math-3")
+    assert isinstance(exc, BackendError) and isinstance(exc, SwarmError) and isinstance(exc, RuntimeError)
+    assert exc.judge_episode == "ep-1" and exc.message == "judge 'j' failed 2 attempts"
+    assert str(exc) == "judge 'j' failed 2 attempts (judge_episode=ep-1, group_id=math-3)"
