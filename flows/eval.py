@@ -27,7 +27,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -43,6 +43,11 @@ from flows.config import (
     validate,
 )
 from swarm.errors import SwarmError
+
+if TYPE_CHECKING:  # swarm's pool and backends are imported where used: the CLI's config check stays light
+    from swarm.policy import PolicyBackend
+    from swarm.pool import EvalResult, Lookup, Versions
+    from swarm.records import Episode
 
 __all__ = ["main", "cli_config", "EvalFailed", "Target", "resolve_target", "summarize", "run_eval", "Outcome",
            "summary_line"]
@@ -69,14 +74,14 @@ class Outcome:
 
     target: Target
     eval_run: str
-    results: list[Any] = field(default_factory=list)  # EvalResult
+    results: list[EvalResult] = field(default_factory=list)
     failed: int = 0
     mlflow_run_id: str | None = None
 
 
 # -- which weights ------------------------------------------------------------------------------
 
-def _version_target(pool: Any, ev: EvalSection) -> Target:
+def _version_target(pool: Versions, ev: EvalSection) -> Target:
     policy, v = ev.policy, int(ev.version or 0)
     records = pool.policy_versions(policy)
     if v == 0:  # the base weights every run starts from: nothing to load
@@ -128,13 +133,13 @@ def _checkpoint_target(ev: EvalSection) -> Target:
     return Target(policy, int(info["version"]), path, source=f"checkpoint {path}")
 
 
-def resolve_target(pool: Any, ev: EvalSection) -> Target:
+def resolve_target(pool: Versions, ev: EvalSection) -> Target:
     """The weights ``eval`` names: a published version (its adapter in the pool's record) or a checkpoint folder;
     ConfigError (naming the key) when they cannot be evaluated here."""
     return _checkpoint_target(ev) if ev.checkpoint is not None else _version_target(pool, ev)
 
 
-def _backend(model: Model, target: Target) -> Any:
+def _backend(model: Model, target: Target) -> PolicyBackend:
     """``model``'s base with the target's weights, serving ``target.policy`` at ``target.version``."""
     from flows.components import make_backend
     from swarm.policy.fleet import load_adapter_dir, load_adapter_spec
@@ -169,12 +174,13 @@ def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def summarize(episodes: list[Any], target: Target, eval_run: str, extra: dict[str, Any] | None = None) -> list[Any]:
+def summarize(episodes: list[Episode], target: Target, eval_run: str,
+              extra: dict[str, object] | None = None) -> list[EvalResult]:
     """One pinned :class:`~swarm.pool.EvalResult` per task of the finished ``episodes``: their count, mean
     reward and the means of their numeric metrics (``win``, ...); ``extra`` goes into each one's metadata."""
     from swarm.pool.evals import EvalResult
 
-    by_task: dict[str, list[Any]] = {}
+    by_task: dict[str, list[Episode]] = {}
     for ep in episodes:
         if ep.status == "finished" and ep.reward is not None:
             by_task.setdefault(ep.task, []).append(ep)
@@ -192,7 +198,7 @@ def summarize(episodes: list[Any], target: Target, eval_run: str, extra: dict[st
     return out
 
 
-def _log_mlflow(c: EvalConfig, target: Target, results: list[Any]) -> str:
+def _log_mlflow(c: EvalConfig, target: Target, results: list[EvalResult]) -> str:
     """One MLflow run ``eval <policy> v<N>`` in the training run's experiment; returns its id."""
     import mlflow
 
@@ -222,7 +228,7 @@ def _log_mlflow(c: EvalConfig, target: Target, results: list[Any]) -> str:
 
 # -- running ------------------------------------------------------------------------------------
 
-def _progress(pool: Any, tag: str, total: int, thread: threading.Thread, label: str, every_s: float = 2.0) -> None:
+def _progress(pool: Lookup, tag: str, total: int, thread: threading.Thread, label: str, every_s: float = 2.0) -> None:
     """A line each time more of the eval's episodes have ended, until the worker thread is done."""
     from swarm.pool import StepFilter
 

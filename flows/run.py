@@ -16,7 +16,8 @@ import dataclasses
 import logging
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
 
 from prefect import flow, task
 from prefect.cache_policies import NONE
@@ -27,14 +28,17 @@ from flows import control as flow_control
 from flows.config import RunConfig, Tree, check_task, validate
 from flows.session import Session, make_trainers, open_session
 from swarm import loop, update
+from swarm.batching import Decision
+from swarm.policy import PolicyBackend
 from swarm.pool import evals
+from swarm.records import Step
 from swarm.train import Ledger, distributed
 from swarm.update import run_update
 
 __all__ = ["train_flow", "run_update", "follow_flow", "run_main", "STAGES", "update_settings"]
 
 
-def _checkpoint(ledger: Ledger, extra: dict[str, str | None]) -> Any:
+def _checkpoint(ledger: Ledger, extra: dict[str, str | None]) -> tuple[Path, Path | None] | None:
     """Commit + settle (:meth:`Ledger.commit`); log the checkpoint's adapter to the MLflow run."""
     done = ledger.commit(extra)
     if done is not None and done[1] is not None and extra.get("mlflow_run_id") is not None:
@@ -63,7 +67,8 @@ def update_settings(cfg: RunConfig) -> update.UpdateSettings:
                                  max_corrections=cfg.feedback.max_corrections)
 
 
-def _update_policies(s: Session, settings: update.UpdateSettings, on_poll: Any) -> dict[str, float]:
+def _update_policies(s: Session, settings: update.UpdateSettings,
+                     on_poll: Callable[[Decision], None]) -> dict[str, float]:
     """One update of every policy in turn: their metrics as one row ({}: stopped or paused while waiting)."""
     row: dict[str, float] = {}
     halt = s.control.halt(s.stop)  # a pause ends the wait for a batch, as a stop does
@@ -138,9 +143,9 @@ def follow_flow(cfg: RunConfig) -> int:
     return update.follow(trainers)
 
 
-def _log_samples(steps: list, backend: Any, policy: str, version: int, n: int) -> None:
+def _log_samples(steps: list[Step], backend: PolicyBackend, policy: str, version: int, n: int) -> None:
     """The first ``n`` trained episodes of an update, rendered readably, as an MLflow artifact."""
-    by_ep: dict[str, list] = {}
+    by_ep: dict[str, list[Step]] = {}
     for s in steps:
         by_ep.setdefault(s.episode_id, []).append(s)
     eps = list(by_ep.values())[:n]

@@ -20,22 +20,32 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from flows import console, shutdown, tracking
 from flows import control as flow_control
 from flows.components import make_gateway_backend, make_pool, model_dtype, start_gateway, trainer_model_path
 from flows.config import RunConfig, make_train_config
-from flows.workers import start_workers
+from flows.workers import WorkerHandle, start_workers
 from swarm import loop
+from swarm.client import WorkerConfig
 from swarm.control import Control
 from swarm.errors import SwarmError
-from swarm.pool import LeaseBook, Reader, StepFilter, parse_ref
+from swarm.policy import PolicyBackend
+from swarm.pool import Claims, LeaseBook, Pool, Reader, StepFilter, parse_ref
 from swarm.pool.claims import holder_id
-from swarm.train import Ledger, Trainer, distributed
+from swarm.train import Ledger, TrainConfig, Trainer, distributed
 from swarm.train.base_model import policy_models
 
-__all__ = ["StartError", "Session", "open_session", "make_trainers", "resolve_curation"]
+if TYPE_CHECKING:
+    from mlflow import ActiveRun
+
+    from swarm.stack import Stack
+
+__all__ = ["StartError", "Session", "Checkpoint", "open_session", "make_trainers", "resolve_curation"]
+
+_T = TypeVar("_T")
+Checkpoint = Callable[[Ledger, dict[str, str | None]], object]  # commits a ledger at a clean stop (flows.run)
 
 
 class StartError(SwarmError, RuntimeError):
@@ -48,10 +58,10 @@ class Session:
 
     cfg: RunConfig
     stop: threading.Event
-    pool: Any = None
-    backend: Any = None
-    stack: Any = None
-    run: Any = None
+    pool: Pool | None = None  # each None until its stage started (see open_session)
+    backend: PolicyBackend | None = None
+    stack: Stack | None = None
+    run: ActiveRun | None = None  # also None after a stop while waiting for a client (train.wait_for_client)
     ledgers: dict[str, Ledger] = field(default_factory=dict)
     history: list[dict[str, float]] = field(default_factory=list)
     status: str = "FAILED"  # until every stage started
@@ -60,7 +70,7 @@ class Session:
     t_start: float = field(default_factory=time.time)
     curation: tuple[str | None, StepFilter | None] = (None, None)  # (name@version, filter): what the lease takes
     control: Control | None = None  # the run's control state (/v1/control on its gateway)
-    workers: list[Any] = field(default_factory=list)  # the server's thread workers' WorkerConfigs (eval_every)
+    workers: list[WorkerConfig] = field(default_factory=list)  # the thread and process workers' (eval_every)
     control_lines: list[str] = field(default_factory=list)  # control_events.jsonl
 
     def updates(self) -> int:
@@ -77,15 +87,15 @@ class Session:
         self.history.append(row)
 
 
-def _start(stage: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def _start(stage: str, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
     """``fn(*args, **kwargs)``; a failure becomes a :class:`StartError` naming ``stage``."""
     try:
         return fn(*args, **kwargs)
-    except Exception as exc:
+    except Exception as exc:  # any stage's failure, whatever its kind: named and chained, not swallowed
         raise StartError(f"starting {stage} failed: {exc}") from exc
 
 
-def make_trainers(cfg: RunConfig, tc: Any, backend: Any = None) -> dict[str, Trainer]:
+def make_trainers(cfg: RunConfig, tc: TrainConfig, backend: PolicyBackend | None = None) -> dict[str, Trainer]:
     """One Trainer per policy: a shared frozen base (``model.dtype``) with a LoRA adapter each (full FT: a copy each)."""
     path = trainer_model_path(cfg.model)
     models = policy_models(path, tc.lora, cfg.policies, dtype=model_dtype(cfg.model),
@@ -109,7 +119,7 @@ def resolve_curation(cfg: RunConfig, pool: Reader) -> tuple[str | None, StepFilt
     return ref, flt
 
 
-def _ledgers(cfg: RunConfig, pool: LeaseBook, backend: Any) -> dict[str, Ledger]:
+def _ledgers(cfg: RunConfig, pool: LeaseBook, backend: PolicyBackend) -> dict[str, Ledger]:
     """The trainers (their TrainConfig sent to torchrun followers) and ledgers, resumed from the last checkpoint."""
     pad = int(getattr(getattr(backend, "tokenizer", None), "pad_token_id", 0) or 0)
     tc = distributed.broadcast_object(make_train_config(cfg.algo, cfg.task.temperature, pad_id=pad))
@@ -120,7 +130,7 @@ def _ledgers(cfg: RunConfig, pool: LeaseBook, backend: Any) -> dict[str, Ledger]
     return ledgers
 
 
-def _open_run(s: Session, out: Path) -> Any:
+def _open_run(s: Session, out: Path) -> ActiveRun:
     """Open (or, resuming, continue) the MLflow run and say where everything is."""
     f = out / "mlflow_run.json"
     previous = json.loads(f.read_text()).get("run_id") if s.cfg.train.resume and f.exists() else None
@@ -157,7 +167,7 @@ def _end_run(s: Session) -> None:
 CLAIM_TTL_S = 30.0  # a run's policy claim lapses this long after its last heartbeat (every third of it)
 
 
-def _claim(pool: LeaseBook, policies: list[str], es: contextlib.ExitStack) -> str:
+def _claim(pool: Claims, policies: list[str], es: contextlib.ExitStack) -> str:
     """Claim ``policies`` for this run, heartbeat them on a daemon thread, release them when ``es`` closes."""
     holder = holder_id()
     done = threading.Event()
@@ -200,7 +210,7 @@ def _await_client(s: Session) -> bool:
     return True
 
 
-def _stop_workers(stop: threading.Event, futures: list[Any], procs: list[subprocess.Popen]) -> None:
+def _stop_workers(stop: threading.Event, futures: list[WorkerHandle], procs: list[subprocess.Popen]) -> None:
     stop.set()
     for p in procs:
         if p.poll() is None:
@@ -209,7 +219,7 @@ def _stop_workers(stop: threading.Event, futures: list[Any], procs: list[subproc
         f.wait(30)
 
 
-def _final_checkpoint(s: Session, checkpoint: Callable[[Ledger, dict[str, str | None]], Any]) -> None:
+def _final_checkpoint(s: Session, checkpoint: Checkpoint) -> None:
     """A clean stop (not a crash): checkpoint every trainer and release the torchrun followers."""
     if shutdown.STOP.signum is not None and s.status == "FINISHED":
         s.status = "KILLED"
@@ -220,7 +230,7 @@ def _final_checkpoint(s: Session, checkpoint: Callable[[Ledger, dict[str, str | 
 
 
 @contextlib.contextmanager
-def open_session(cfg: RunConfig, checkpoint: Callable[[Ledger, dict[str, str | None]], Any]) -> Iterator[Session]:
+def open_session(cfg: RunConfig, checkpoint: Checkpoint) -> Iterator[Session]:
     """Start the run's stages in order (see the module docstring); ``checkpoint`` commits a ledger at a clean stop."""
     out = Path(cfg.train.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -248,7 +258,7 @@ def open_session(cfg: RunConfig, checkpoint: Callable[[Ledger, dict[str, str | N
         cfg = s.cfg
         s.run = _start("the MLflow run", _open_run, s, out)
         es.callback(_end_run, s)
-        futures: list[Any] = []
+        futures: list[WorkerHandle] = []
         procs: list[subprocess.Popen] = []
         es.callback(_stop_workers, s.stop, futures, procs)
         futures += _start("the workers", start_workers, cfg.runner, s.stack.url, cfg.task, cfg.seed,

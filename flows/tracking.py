@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import mlflow
 
 from flows.config import RunConfig
+from swarm.pool import StepFilter
+from swarm.records import Step
 
 __all__ = ["DEFAULT_URI", "tracking_uri", "redact", "flatten", "run_name", "run_params", "run_tags",
            "ensure_experiment", "open_run", "log_curation", "log_metrics", "log_summary", "render_trajectory", "log_text"]
@@ -137,7 +140,7 @@ def open_run(cfg: RunConfig, continue_run_id: str | None = None) -> mlflow.Activ
     return run
 
 
-def log_curation(ref: str | None, flt: Any) -> None:
+def log_curation(ref: str | None, flt: StepFilter | None) -> None:
     """The run's curated set (docs/pool.md "Curated sets") as params: ``curation.ref`` (``name@version``,
     or ``inline`` for ``train.filter``) and ``curation.filter`` (its JSON); nothing without one."""
     if flt is None:
@@ -160,7 +163,7 @@ def log_summary(summary: dict[str, float]) -> None:
     mlflow.log_metrics({f"summary/{k}": float(v) for k, v in summary.items()})
 
 
-def render_trajectory(steps: list[Any], decode: Any) -> str:
+def render_trajectory(steps: Sequence[Step], decode: Callable[[list[int]], str]) -> str:
     """Markdown of one episode's steps: messages (or decoded prompt), the reply, reward, version."""
     lines = []
     for s in steps:

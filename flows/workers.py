@@ -27,6 +27,7 @@ from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NONE
+from prefect.futures import PrefectFuture
 
 from flows.config import ProcessRunner, RayRunner, Runner, TaskSection, ThreadRunner
 from flows.shutdown import end_process
@@ -34,7 +35,7 @@ from swarm.client import WorkerConfig, run_worker
 from swarm.rewards import RewardSection
 
 __all__ = ["worker_config", "reward_worker", "thread_worker", "process_worker", "process_command", "ray_worker", "RayWorkers",
-           "ray_init_kwargs", "start_ray_workers", "start_workers"]
+           "ray_init_kwargs", "start_ray_workers", "start_workers", "WorkerHandle"]
 
 
 def worker_config(server: str, task: TaskSection, workers: int, seed: int | None,
@@ -281,9 +282,12 @@ def start_ray_workers(runner: RayRunner, server: str, task_cfg: TaskSection, see
     return RayWorkers(ray_runner, flag, futures, stop)
 
 
+WorkerHandle = PrefectFuture[Any] | RayWorkers  # what start_workers returns; each has .wait(timeout)
+
+
 def start_workers(runner: Runner, server: str, task_cfg: TaskSection, seed: int, agree_every: int,
-                  stop: threading.Event, procs: list[subprocess.Popen], configs: list[Any] | None = None,
-                  pool_url: str | None = None) -> list[Any]:
+                  stop: threading.Event, procs: list[subprocess.Popen], configs: list[WorkerConfig] | None = None,
+                  pool_url: str | None = None) -> list[WorkerHandle]:
     """Submit the client workers the ``runner`` config group asks for, and the reward service of
     ``task.reward`` (on the pool at ``pool_url``) when it has one; returns their Prefect futures. ``configs``
     receives the thread and process workers' WorkerConfigs (run control changes their ``eval_every``)."""
@@ -295,7 +299,8 @@ def start_workers(runner: Runner, server: str, task_cfg: TaskSection, seed: int,
 
 
 def _client_workers(runner: Runner, server: str, task_cfg: TaskSection, seed: int, agree_every: int,
-                    stop: threading.Event, procs: list[subprocess.Popen], configs: list[Any] | None) -> list[Any]:
+                    stop: threading.Event, procs: list[subprocess.Popen], configs: list[WorkerConfig] | None
+                    ) -> list[WorkerHandle]:
     configs = configs if configs is not None else []
     if isinstance(runner, ProcessRunner):
         made = [worker_config(server, task_cfg, runner.workers, None, agree_every=agree_every)
