@@ -13,7 +13,7 @@ from typing import Any
 from flows.config import ConfigError, GatewaySection, Model, PoolSection, RunConfig
 from swarm.policy import PolicyBackend
 from swarm.policy.settings import BackendSection, WeightsSection, native_bf16_cpu
-from swarm.pool import Pool
+from swarm.pool import Pool, open_pool
 from swarm.stack import Stack, start_stack
 from swarm.train import LoraSpec
 
@@ -22,8 +22,8 @@ __all__ = ["ConfigError", "make_pool", "make_backend", "make_gateway_backend", "
 
 
 def make_pool(pool: PoolSection) -> Pool:
-    """The data pool at ``pool.url`` ($SWARM_POOL_URL wins)."""
-    return Pool(os.environ.get("SWARM_POOL_URL") or pool.url, block_size=pool.block_size)
+    """The data pool at ``pool.url`` ($SWARM_POOL_URL wins) on its engine (swarm/pool/engines), with its settings."""
+    return open_pool(**pool.open_args(os.environ.get("SWARM_POOL_URL")))
 
 
 def make_backend(model: Model, policies: list[str], lora: LoraSpec | None) -> PolicyBackend:

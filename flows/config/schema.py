@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_type_hints
 
-from pydantic import BaseModel, Field, ValidationError, create_model, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_serializer, model_validator
 
 from swarm.errors import ConfigError
 from swarm.explain import explain, unknown_key_hint
@@ -42,15 +42,29 @@ Reward = Annotated[RewardSection, Kinds(REWARDS)]  # any declared reward kind's 
 
 
 class PoolSection(_Section):
+    """``pool``: where the data pool lives, and its engine's own settings (swarm/pool/engines: SQLite's
+    ``busy_timeout_s``, ...; checked by the engine's section, a mistyped key named with the close one)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)  # the engine's keys: checked by _engine below
+
     url: str  # sqlite:///file.db or postgresql+psycopg://...; $SWARM_POOL_URL wins (flows.components.make_pool)
     block_size: int = Field(default=64, ge=1)
+    engine: str | None = None  # None: from the URL's scheme; or a module path declaring a pool engine
 
     @model_validator(mode="after")
-    def _scheme(self) -> PoolSection:
-        if (scheme := self.url.split(":", 1)[0].split("+", 1)[0]) not in ("sqlite", "postgresql"):
+    def _engine(self) -> PoolSection:
+        if self.engine is None and (scheme := self.url.split(":", 1)[0].split("+", 1)[0]) not in ("sqlite",
+                                                                                                "postgresql"):
             raise ValueError(f"pool.url={self.url}: unsupported database {scheme!r}; use sqlite:///path/pool.db or "
                              "postgresql+psycopg://user@host:5432/db")
+        from swarm.pool.engines import engine_section
+
+        engine_section(**self.open_args())  # ConfigError: pool.<key> with the close one
         return self
+
+    def open_args(self, url: str | None = None) -> dict[str, Any]:
+        """:func:`swarm.pool.open_pool`'s keyword arguments (``url``: another URL for the same settings)."""
+        return {"url": url or self.url, "engine": self.engine, "block_size": self.block_size, **(self.model_extra or {})}
 
 
 class _Runner(_Section):
