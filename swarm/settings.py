@@ -39,6 +39,7 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
     derived: ClassVar[tuple[str, ...]] = ()  # the fields :func:`derive` took from the target's signature
+    target: ClassVar[Any] = None  # what :func:`derive` read them from (the class the section builds)
 
     def args(self) -> dict[str, Any]:
         """The derived fields' values: the keyword arguments of the constructor they came from."""
@@ -78,6 +79,7 @@ def derive(target: Any, *, skip: Iterable[str] = (), base: type[S] = Section, na
     cls = create_model(name or f"{getattr(target, '__name__', 'Target')}Section", __base__=base,
                        __module__=getattr(target, "__module__", __name__), **params)  # type: ignore[call-overload]
     cls.derived = (*base.derived, *params)
+    cls.target = target
     return cls
 
 

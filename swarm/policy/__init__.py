@@ -1,9 +1,9 @@
 """Inference backends behind one interface, and the tiny offline model builder.
 
-``build_backend(kind, **kwargs)`` makes a backend by name: ``hf`` (:class:`HFBackend`,
-transformers in-process), ``vllm`` (:class:`VLLMBackend`, a ``vllm serve`` process over HTTP),
-``upstream`` (:class:`UpstreamBackend`, any OpenAI-compatible server) or ``echo`` (the gateway's
-null backend). Backend classes are imported lazily, so importing this package does not import
+``build_backend(kind, **kwargs)`` makes a backend by its declared kind (:data:`BACKENDS`, one
+module each: swarm/policy/settings.py): ``hf`` (:class:`HFBackend`, transformers in-process), ``vllm``
+(:class:`VLLMBackend`, a ``vllm serve`` process over HTTP), ``upstream`` (:class:`UpstreamBackend`,
+any OpenAI-compatible server), ``echo`` (the gateway's null backend) or ``fleet`` (replicas). Backend classes are imported lazily, so importing this package does not import
 torch. Nothing here records steps: that is the gateway's job.
 """
 
@@ -13,28 +13,25 @@ import importlib
 from typing import Any
 
 from swarm.policy.base import GenerateRequest, Generation, PolicyBackend, SamplingParams, TokenDelta
+from swarm.policy.settings import BACKENDS
 
 __all__ = ["PolicyBackend", "GenerateRequest", "SamplingParams", "Generation", "TokenDelta", "HFBackend",
            "UpstreamBackend", "VLLMBackend", "ensure_tiny_model", "build_backend", "BACKENDS"]
 
-# kind -> (module, class)
-BACKENDS: dict[str, tuple[str, str]] = {
-    "hf": ("swarm.policy.hf", "HFBackend"),
-    "upstream": ("swarm.policy.upstream", "UpstreamBackend"),
-    "vllm": ("swarm.policy.vllm", "VLLMBackend"),
-    "echo": ("swarm.policy.echo", "EchoBackend"),
-}
-_LAZY = {cls: mod for mod, cls in BACKENDS.values()} | {"ensure_tiny_model": "swarm.policy.tiny"}
+
+_LAZY = {"HFBackend": "swarm.policy.hf", "UpstreamBackend": "swarm.policy.upstream", "VLLMBackend": "swarm.policy.vllm",
+         "EchoBackend": "swarm.policy.echo", "ensure_tiny_model": "swarm.policy.tiny"}
 
 
 def build_backend(kind: str, **kwargs: Any) -> PolicyBackend:
-    """Construct the backend named ``kind`` with ``kwargs`` (its constructor's arguments)."""
-    from swarm.errors import ValidationError
+    """Construct the backend class of the declared kind ``kind`` (:data:`BACKENDS`) with ``kwargs``, its
+    constructor's arguments (a library user's shortcut; a config builds through the kind's section)."""
+    target = BACKENDS.get(kind).target
+    if target is None:
+        from swarm.errors import ValidationError
 
-    if kind not in BACKENDS:
-        raise ValidationError(f"backend kind {kind!r} is unknown; choose one of {sorted(BACKENDS)}", kind=kind)
-    module, cls = BACKENDS[kind]
-    return getattr(importlib.import_module(module), cls)(**kwargs)
+        raise ValidationError(f"backend kind {kind!r} declares no backend class", kind=kind)
+    return target(**kwargs)
 
 
 def __getattr__(name: str) -> Any:
