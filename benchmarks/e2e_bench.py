@@ -12,7 +12,7 @@ update, measured between the first and the last update (start-up excluded), mean
 first 5 and the last 10 updates, and bytes written to disk per update (the tree's write_bytes
 over the same span: checkpoints, adapters, MLflow, pool).
 
-Run: ``/work/bin/wt-env python benchmarks/e2e_bench.py [--updates 30]`` (needs the ``bench``
+Run: ``.venv/bin/python benchmarks/e2e_bench.py [--updates 30]`` (needs the ``bench``
 extra: ``pip install -e '.[bench]'`` for trl). The last line is
 ``e2e: swarmpool <a> s/update, trl <b> s/update (ratio <a/b>), reward <r1> vs <r2>, disk <d> MB/update``.
 Numbers depend on the machine and on what else runs on it.

@@ -11,7 +11,7 @@
 3. Every acknowledged step is verified in the pool afterwards: the same step ids, episode
    indices 0..3, and turns 2-4 prefix consistent.
 
-Run: ``/work/bin/wt-env python benchmarks/gateway_bench.py`` (or ``.venv/bin/python ...``);
+Run: ``.venv/bin/python benchmarks/gateway_bench.py``;
 ``--pools sqlite postgres`` (PostgreSQL from ``SWARM_TEST_POSTGRES_URL``, a fresh database is
 created and dropped), ``--clients 1 8 32 128``, ``--duration 6``. Prints a table and ratios.
 Numbers depend on the machine and on what else runs on it: the load generator shares the

@@ -2,11 +2,12 @@
 
 Runs the CPU default of ``python -m flows.train +task=reasoning_gym`` (composed from ``conf/``: the tiny
 model on the hf backend, LoRA GRPO, ``spell_backward`` on 3-5 letter words) with the pieces the flow
-uses (pool, backend, gateway on 127.0.0.1, client workers, Trainer), in three phases:
+uses (pool, backend, gateway on 127.0.0.1, client workers, Trainer) and the flow's update
+(``werewolves_bench.train_policy``: :func:`swarm.update.run_updates`), in three phases:
 
 1. eval: ``--eval-entries`` entries of the held-out split (episodes of kind ``eval``, which the task
    draws from seeds ``[2**31, 2**32)``, never reached by training), one reply each, at version 0;
-2. train: workers play training entries while the trainer leases batches and updates, ``--updates``
+2. train: workers play training entries while the trainer waits, leases, updates, publishes and settles, ``--updates``
    times (``--minutes`` caps the wall time);
 3. eval again on the same held-out entries with the trained policy.
 
@@ -18,7 +19,7 @@ randomness, and a policy that did not change gains exactly 0), and the wall minu
 (``task.options.dataset=...``). The last line is ``reasoning_gym <generator>: held-out score <A> -> <B>
 (<n> entries, 95% CI of the gain <lo>..<hi>), exact <a>% -> <b>%, <m> min``.
 
-    python benchmarks/reasoning_gym_bench.py [--updates 60] [--eval-entries 256] [overrides ...]
+    .venv/bin/python benchmarks/reasoning_gym_bench.py [--updates 60] [--eval-entries 256] [overrides ...]
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from werewolves_bench import compose, worker_cfg  # noqa: E402  (one run-config and worker-config recipe)
+from werewolves_bench import compose, train_policy, worker_cfg  # noqa: E402  (one run-config, worker and update recipe)
 
 TASK = "reasoning_gym"
 EVAL_SEED = 900_000_000  # eval worker seeds (group ids apart from training's seed * 1_000_000 + k); kind eval: held-out entries
@@ -81,9 +82,8 @@ def run(updates: int, minutes: float | None, entries: int, workers: int, overrid
     """The whole benchmark; returns every number (see the module docstring)."""
     from flows.components import make_backend, make_pool, start_gateway, trainer_model_path
     from flows.config import make_train_config, validate
-    from swarm import loop
     from swarm.client import run_worker
-    from swarm.train import Trainer, items_from_steps
+    from swarm.train import Trainer
 
     t_start = time.time()
     out_dir = tempfile.mkdtemp(prefix="reasoning-gym-bench-")
@@ -97,39 +97,34 @@ def run(updates: int, minutes: float | None, entries: int, workers: int, overrid
                                       out_dir=Path(out_dir))
     stack = start_gateway(pool, backend, run_cfg.gateway)
     curve: list[float] = []
+    stop = threading.Event()
     try:
         before = evaluate(stack.url, pool, task, entries, workers)
         log(f"eval before: score {statistics.fmean(v['score'] for v in before.values()):.3f} ({entries} held-out "
             f"entries, {time.time() - t_start:.0f}s)")
-        stop = threading.Event()
         worker = threading.Thread(target=run_worker, daemon=True,
                                   args=(worker_cfg(stack.url, task, int(cfg["seed"]) * 1_000_000, workers, TASK), stop))
         t_train = time.time()
         worker.start()
         deadline = t_train + 60 * minutes if minutes is not None else math.inf
-        while len(curve) < updates and time.time() < deadline:
-            flt = loop.trainable_filter(policy, trainer.version, cfg["train"]["max_staleness"])
-            decision = loop.wait_for_batch(pool, flt, cfg["batching"]["strategy"],
-                                           min_episodes=int(cfg["batching"]["min_episodes"]),
-                                           min_groups=int(cfg["batching"]["min_groups"]),
-                                           group_size=int(task["group_size"]), timeout_s=600)
-            lease = loop.lease_batch(pool, flt, decision, float(cfg["train"]["lease_ttl_s"]))
-            if not lease.steps:
-                continue
-            curve.append(statistics.fmean(float(s.reward or 0.0) for s in lease.steps))
-            trainer.update(items_from_steps(lease.steps, group_by=run_cfg.algo.group_by,
-                                            scale_std=run_cfg.algo.scale_std))
-            record, _ = trainer.publish()
-            pool.add_policy_version(record)
-            pool.ack(lease.lease_id, trainer.version)
+        halt = threading.Event()  # set between updates once the wall-time cap passes
+
+        def on_update(_: dict[str, float], steps: list[Any]) -> None:
+            curve.append(statistics.fmean(float(s.reward or 0.0) for s in steps))
             if trainer.version % 10 == 0:
                 log(f"update {trainer.version}: {(time.time() - t_train) / 60:.1f} min, training reward (last 10) "
                     f"{statistics.fmean(curve[-10:]):.3f}")
+            if time.time() >= deadline:
+                halt.set()
+
+        train_policy(run_cfg, trainer, pool, updates, halt, on_update)
         stop.set()
         worker.join(120)
         after = evaluate(stack.url, pool, task, entries, workers)
-    finally:
+    finally:  # on an error too: stop the workers and the backend's thread, or the process outlives the bench
+        stop.set()
         stack.stop()
+        backend.close()
         pool.close()
     score = {k: v["score"] for k, v in before.items()}, {k: after[k]["score"] for k in before}
     gain, lo, hi = paired_gain_ci(*score)

@@ -257,9 +257,9 @@ def poison(pool_url: str, bypass_bad: int) -> dict[str, Any]:
 
 def bypass(pool: Pool, n_bad: int) -> dict[str, Any]:
     """Steps stored straight into the pool (no gateway check): ``n_bad`` with token ids outside the tiny
-    model's vocabulary beside good groups; lease -> quarantine -> one real update of the default tiny
-    model, as ``flows.run`` does. Also an update of the same batch without the quarantine (the crash it
-    prevents)."""
+    model's vocabulary beside good groups; one real update of the default tiny model through the flow's
+    update (:func:`swarm.update.run_updates`: wait -> lease -> quarantine -> update -> publish -> settle).
+    Also an update of the same steps without the quarantine (the crash it prevents)."""
     import copy
 
     import torch
@@ -269,8 +269,9 @@ def bypass(pool: Pool, n_bad: int) -> dict[str, Any]:
     from flows.components import model_path
     from flows.config import HFModel
     from swarm.records import Episode, Step
-    from swarm.train import LoraSpec, TrainConfig, Trainer, items_from_steps
-    from swarm.train.quarantine import limits_of, quarantine, usable
+    from swarm.train import Ledger, LoraSpec, TrainConfig, Trainer, items_from_steps
+    from swarm.train.quarantine import limits_of
+    from swarm.update import UpdateSettings, run_updates
 
     torch.set_num_threads(1)
     transformers.utils.logging.disable_progress_bar()
@@ -291,25 +292,29 @@ def bypass(pool: Pool, n_bad: int) -> dict[str, Any]:
         store(f"g{i % 4}", 0.5, [1, bad] if i % 2 else [1, 2], [5] if i % 2 else [5, bad])
     config = TrainConfig(lr=1e-3, lora=LoraSpec(rank=4))
     flt = StepFilter(policy="default", task="bypass")
-    lease = pool.lease(flt, max_groups=100, ttl_s=60)
+    stored = pool.query_steps(flt, limit=10_000, with_tokens=True)
     unfiltered = "no crash"
     try:
-        Trainer(copy.deepcopy(model), config).update(items_from_steps(lease.steps))
+        Trainer(copy.deepcopy(model), config).update(items_from_steps(stored))
     except Exception as exc:  # the crash the quarantine exists for
         unfiltered = type(exc).__name__
-    crashes = 0
-    trainer = Trainer(model, config)
-    good, reasons = usable(lease.steps, *limits_of(trainer.model))
-    quarantined = quarantine(pool, reasons)
+    # every finished episode fires the update, which leases all four groups
+    settings = UpdateSettings(strategy="episodes", min_episodes=1, min_groups=1, group_size=1, timeout_s=30,
+                              max_staleness=None, curated=StepFilter(task="bypass"))
+    ledger = Ledger(Trainer(model, config, out_dir=tempfile.mkdtemp(prefix="bypass-")), pool, ttl_s=60)
+    got: dict[str, Any] = {}
+    crashes, loss = 0, "no update"
     try:
-        loss = trainer.update(items_from_steps(good))["train/loss"]
+        run_updates(ledger, settings, 1, on_update=lambda m, steps: got.update(metrics=m, steps=steps))
+        loss = got["metrics"]["train/loss"]
     except Exception as exc:  # counted, not raised: this is the figure
         crashes, loss = 1, f"{type(exc).__name__}: {exc}"[:200]
-    pool.settle(lease.lease_id, [s.step_id for s in good], 1)
+    quarantined = len(pool.query_steps(flt.model_copy(update={"include_excluded": True}), limit=10_000)) - len(
+        pool.query_steps(flt, limit=10_000))
     again = len(pool.lease(flt, max_groups=100, ttl_s=1).steps)
-    return {"bypass_steps": len(lease.steps), "bypass_bad": n_bad, "quarantined": quarantined,
-            "trained": len(good), "training_crashes": crashes, "loss": loss, "unfiltered": unfiltered,
-            "leased_again": again}
+    return {"bypass_steps": len(stored), "bypass_bad": n_bad, "quarantined": quarantined,
+            "trained": len(got.get("steps", [])), "training_crashes": crashes, "loss": loss,
+            "unfiltered": unfiltered, "leased_again": again}
 
 
 def kill9(pool_url: str, rounds: int, clients: int, after_acked: int) -> dict[str, Any]:

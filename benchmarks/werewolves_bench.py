@@ -2,12 +2,12 @@
 
 Runs the CPU default of ``python -m flows.train +task=werewolves`` (composed from ``conf/``: the
 tiny model on the hf backend, LoRA GRPO, the trained village against the heuristic wolves) with
-the same pieces the flow uses (pool, backend, gateway on 127.0.0.1, client workers, Trainer), in
-three phases:
+the same pieces the flow uses (pool, backend, gateway on 127.0.0.1, client workers, Trainer) and the
+flow's update (:func:`train_policy`: :func:`swarm.update.run_updates`), in three phases:
 
 1. eval: ``--eval-games`` games on held-out seeds (``EVAL_SEED_BASE + i``, never used for
    training; their episodes are ``type=eval`` and never trained) at policy version 0;
-2. train: workers play training seeds while the trainer leases batches and updates, for the
+2. train: workers play training seeds while the trainer waits, leases, updates, publishes and settles, for the
    run config's ``train.updates`` (100, what ``flows.train`` runs; ``--updates`` to change it;
    ``--minutes`` caps the wall time);
 3. eval again on the same seeds with the trained policy.
@@ -25,7 +25,7 @@ per-seed differences), the wall and process CPU minutes, and the eval format-err
 curve (training win rate per update, eval points, baselines) goes to ``--png``; ``--json`` writes
 every number.
 
-    python benchmarks/werewolves_bench.py [--updates 100] [--minutes M] [--eval-games 128] [overrides ...]
+    .venv/bin/python benchmarks/werewolves_bench.py [--updates 100] [--minutes M] [--eval-games 128] [overrides ...]
 
 Extra arguments are Hydra overrides of the run config (e.g. ``task.options.vote_shaping=0``).
 The last line is ``werewolves: eval win rate <A>% -> <B>% (<n> games each, 95% CI of the gain
@@ -44,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,25 @@ def worker_cfg(url: str, task: dict[str, Any], seed: int, workers: int, task_nam
                         temperature=float(task["temperature"]), max_tokens=int(task["max_tokens"]),
                         episode_timeout_s=float(task["episode_timeout_s"]), seed=seed,
                         options=dict(task.get("options") or {}), **kw)
+
+
+def train_policy(run_cfg: Any, trainer: Any, pool: Any, updates: int, stop: threading.Event,
+                 on_update: Callable[[dict[str, float], list[Any]], None]) -> int:
+    """Up to ``updates`` updates of ``trainer`` as ``flows.train`` runs them: :func:`swarm.update.run_updates`
+    (renew, quarantine, publish, checkpoint, settle) with the flow's settings (:func:`flows.run.update_settings`,
+    the run's curation) and checkpoint cadence; ``on_update(metrics, trained steps)`` after each, which may set
+    ``stop``. Returns how many ran."""
+    import dataclasses
+
+    from flows.run import update_settings
+    from flows.session import resolve_curation
+    from swarm.train import Ledger
+    from swarm.update import run_updates
+
+    ref, curated = resolve_curation(run_cfg, pool)
+    settings = dataclasses.replace(update_settings(run_cfg), curation=ref, curated=curated)
+    ledger = Ledger(trainer, pool, every=run_cfg.train.checkpoint_every, ttl_s=run_cfg.train.lease_ttl_s)
+    return run_updates(ledger, settings, updates, stop, on_update)
 
 
 def game_stats(pool: Any, episode_type: str, since: float, group_ids: set[str] | None = None
@@ -203,11 +223,10 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
         out_dir: Path | None = None) -> dict[str, Any]:
     """The whole benchmark; returns every number (see the module docstring). ``out_dir`` holds the
     pool and checkpoints (default: a new temporary folder, kept for inspection)."""
-    from flows.components import make_backend, make_pool, model_path, start_gateway, trainer_model_path
+    from flows.components import make_backend, make_pool, start_gateway, trainer_model_path
     from flows.config import make_train_config, validate
-    from swarm import loop
     from swarm.client import run_worker
-    from swarm.train import Trainer, items_from_steps
+    from swarm.train import Trainer
 
     t_start, cpu_start = time.time(), time.process_time()
     out_dir = str(out_dir) if out_dir is not None else tempfile.mkdtemp(prefix="werewolves-bench-")
@@ -216,7 +235,7 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
     updates = int(cfg["train"]["updates"]) if updates is None else updates
     if cfg["model"].get("backend") == "hf":  # the tiny model ships (or is built once), a GGUF is converted once
         t_model = time.time()
-        path = Path(model_path(run_cfg.model))
+        path = Path(trainer_model_path(run_cfg.model))  # for hf: the served checkpoint
         from swarm.policy.shipped import sha256_file
 
         digest = sha256_file(path / "model.safetensors")[:16]
@@ -252,36 +271,23 @@ def run(minutes: float | None, updates: int | None, eval_games: int, workers: in
         t_train = time.time()
         worker.start()
         deadline = t_train + 60 * minutes if minutes is not None else math.inf
-        flt_kw = {"nonzero_variance": cfg["batching"]["strategy"] == "groups_var"}
-        while len(curve) < updates and time.time() < deadline:
-            flt = loop.trainable_filter(policy, trainer.version, cfg["train"]["max_staleness"], **flt_kw)
-            decision = loop.wait_for_batch(pool, flt, cfg["batching"]["strategy"],
-                                           min_episodes=int(cfg["batching"]["min_episodes"]),
-                                           min_groups=int(cfg["batching"]["min_groups"]),
-                                           group_size=int(task["group_size"]),
-                                           timeout_s=float(cfg["train"]["batch_timeout_s"]))
-            lease = loop.lease_batch(pool, flt, decision, float(cfg["train"]["lease_ttl_s"]))
-            if not lease.steps:
-                continue
-            games = {}
-            for s in lease.steps:
-                games.setdefault(s.group_id, set()).add(s.episode_id)
-            wins = [float((pool.get_episode(e).metadata or {}).get("metrics", {}).get("win", 0.0))
-                    for eps in games.values() for e in eps]
-            items = items_from_steps(lease.steps, group_by=run_cfg.algo.group_by,
-                                     scale_std=run_cfg.algo.scale_std)
-            m = trainer.update(items)
-            record, _ = trainer.publish()
-            pool.add_policy_version(record)
-            pool.ack(lease.lease_id, trainer.version)
+        halt = threading.Event()  # set between updates once the wall-time cap passes
+
+        def on_update(m: dict[str, float], steps: list[Any]) -> None:
+            episodes = {s.episode_id for s in steps}
+            wins = [float((pool.get_episode(e).metadata or {}).get("metrics", {}).get("win", 0.0)) for e in episodes]
             row = {"update": float(trainer.version), "minute": (time.time() - t_train) / 60,
-                   "win": statistics.fmean(wins), "steps": float(len(lease.steps)),
+                   "win": statistics.fmean(wins), "steps": float(len(steps)),
                    **{k: float(m.get(f"train/{k}", 0.0)) for k in ("loss", "entropy", "grad_norm", "clip_frac")}}
             curve.append(row)
             if trainer.version % 10 == 0:
                 recent = statistics.fmean(r["win"] for r in curve[-10:])
                 log(f"update {trainer.version}: {row['minute']:.1f} min, training win rate (last 10 updates) "
-                    f"{100 * recent:.1f}%, {len(lease.steps)} steps, token entropy {row['entropy']:.3f}")
+                    f"{100 * recent:.1f}%, {len(steps)} steps, token entropy {row['entropy']:.3f}")
+            if time.time() >= deadline:
+                halt.set()
+
+        train_policy(run_cfg, trainer, pool, updates, halt, on_update)
         stop.set()
         worker.join(120)
         train_min = (time.time() - t_train) / 60

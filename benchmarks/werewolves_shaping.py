@@ -19,7 +19,7 @@ Printed: the eval win rate (held-out seeds) of each after ``--updates`` updates,
 seed and mean, next to the all-random and always-lowest-number baselines. Pure Python, ~1-2 min
 per run on one core.
 
-    /work/bin/wt-env python benchmarks/werewolves_shaping.py [--updates 230] [--seeds 3] [--lr 5]
+    .venv/bin/python benchmarks/werewolves_shaping.py [--updates 230] [--seeds 3] [--lr 5]
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ ranks > 0 run :func:`follow`, the same :func:`apply` as followers (no ledger, no
 broadcast batch, publishing only bumps the version). :class:`Stages` are the observable stages:
 plain functions by default, Prefect tasks in the flow. It reads no config and does not log.
 
+A script (``benchmarks/``) trains through :func:`run_updates`: the flow's updates for one policy, then
+the closing checkpoint, without Prefect, MLflow or the run's control. Version numbers are assigned in one
+place, :meth:`swarm.train.Trainer.publish`, and written into the pool only by :meth:`Ledger.publish`.
+
 Human feedback (docs/gateway.md "Feedback that trains") enters between the lease and the items:
 the leased steps' rewards go through the rating rule, and pending corrections join the batch as
 supervised items, recorded in the pool's ``feedback_uses`` once the update has published. Under
@@ -28,8 +32,8 @@ from swarm.train import Ledger, Trainer, distributed, items_from_steps, quaranti
 from swarm.train.faults import crash_point
 from swarm.train.feedback import RatingRule, correction_items, fill_rewards, rated_rewards, step_ratings
 
-__all__ = ["UpdateSettings", "Stages", "train", "lease_usable", "apply", "run_update", "follow", "rate",
-           "pending_corrections", "fill_from_ratings"]
+__all__ = ["UpdateSettings", "Stages", "train", "lease_usable", "apply", "run_update", "run_updates", "follow",
+           "rate", "pending_corrections", "fill_from_ratings"]
 
 
 @dataclass(frozen=True)
@@ -101,13 +105,13 @@ def lease_usable(ledger: Ledger, s: UpdateSettings, stop: threading.Event, stage
 
 def apply(trainer: Trainer, items: list[TrainSeq], stages: Stages = Stages(), ledger: Ledger | None = None,
           lease: Lease | None = None, stop: threading.Event | None = None,
-          extra: dict[str, Any] | None = None) -> dict[str, float]:
+          extra: dict[str, Any] | None = None, after: int | None = None) -> dict[str, float]:
     """Update -> publish -> record the ``lease`` -> checkpoint + settle when due (or stopping); a follower
-    (no ``ledger``) only trains and bumps the version."""
+    (no ``ledger``) only trains and publishes the version after ``after`` (rank 0's before this update)."""
     metrics = stages.update(trainer, items, ledger is not None)
     crash_point("after_update")
     if ledger is None:
-        trainer.publish(save=False)  # a follower: rank 0 saves, loads and records
+        trainer.publish(save=False, after=after)  # a follower: rank 0 saves, loads and records
         return metrics
     commit = ledger.due() or (stop is not None and stop.is_set())
     metrics.update(stages.publish(ledger, commit))  # an update ending at a checkpoint keeps its adapter
@@ -148,6 +152,30 @@ def run_update(ledger: Ledger, s: UpdateSettings, stop: threading.Event, stages:
     metrics.update({"time/wait_s": t_wait, "time/update_wall_s": wall,
                     "throughput/steps_per_s": len(steps) / max(wall, 1e-9)})
     return metrics, steps
+
+
+def run_updates(ledger: Ledger, s: UpdateSettings, updates: int, stop: threading.Event | None = None,
+                on_update: Callable[[dict[str, float], list[Step]], None] | None = None,
+                stages: Stages = Stages()) -> int:
+    """Up to ``updates`` updates (:func:`run_update`) of ``ledger.trainer``, fewer when ``stop`` is set; then the
+    closing checkpoint (:meth:`Ledger.commit`: settles what they trained); returns how many ran. ``on_update``
+    gets each update's metrics and trained steps, and may set ``stop`` (checked between updates).
+
+    What ``flows.run`` does for one policy (renew, quarantine, feedback, checkpoint cadence, settle), for a
+    script that builds its own ``Ledger(trainer, pool, every=..., ttl_s=...)``. An error propagates with
+    the pending leases unsettled, as in a crash: :meth:`Ledger.resume` settles what the last checkpoint holds.
+    """
+    stop = stop if stop is not None else threading.Event()
+    done = 0
+    while done < updates and not stop.is_set():
+        got = run_update(ledger, s, stop, stages)
+        if got is None:
+            break
+        done += 1
+        if on_update is not None:
+            on_update(*got)
+    stages.checkpoint(ledger, {})
+    return done
 
 
 def fill_from_ratings(ledger: Ledger, s: UpdateSettings) -> int:
@@ -207,8 +235,7 @@ def follow(trainers: Trainer | Mapping[str, Trainer]) -> int:
     while (msg := distributed.broadcast_object(None)) is not None:
         policy, version, items = msg
         trainer = by_policy[policy] if len(by_policy) > 1 else next(iter(by_policy.values()))
-        if version is not None:
-            trainer.version = int(version)  # stay in step when rank 0 started from a backend's version
-        apply(trainer, items)
+        # rank 0's number: in step even when rank 0 started from a backend's version
+        apply(trainer, items, after=None if version is None else int(version))
         n += 1
     return n

@@ -1,6 +1,7 @@
 """Training: advantages, losses, the update loop, weight publishing and checkpoints.
 
-One update (in full: :func:`swarm.update.run_update`, which the flow, ``flows/run.py``, runs)::
+One update (in full: :func:`swarm.update.run_update`, which the flow, ``flows/run.py``, runs; a script runs
+N of them with :func:`swarm.update.run_updates`)::
 
     rewards = rated_rewards(...)                        # human ratings by the rule (feedback)
     items = items_from_steps(leased_steps)              # rewards -> GRPO advantages
@@ -10,7 +11,8 @@ One update (in full: :func:`swarm.update.run_update`, which the flow, ``flows/ru
     ledger.trained(lease_id, step_ids)                  # pending until the next checkpoint
     ledger.commit()                                     # checkpoint, then the ledger settles the leases
 
-Pure functions (``advantages``, ``losses``) hold the RL math; ``Trainer`` holds the state.
+Pure functions (``advantages``, ``losses``) hold the RL math; ``Trainer`` holds the state, and its
+``publish`` is the one place a policy version number is assigned (``Ledger.publish`` records it in the pool).
 Under torchrun, ``distributed`` makes the update data parallel (rank 0 leads, others ``swarm.update.follow``).
 """
 

@@ -10,8 +10,9 @@ crashes and however late the restart, and none is lost (docs/reliability.md):
   steps are trained (once) after the restart. Versions the pool has beyond the checkpoint (a
   crash after publishing) are never reused: the restored weights get a new version.
 
-The one writer of policy versions into the pool (:meth:`Ledger.publish`). One trainer per policy
-and pool (what ``flows.run`` runs). It does not lease or log.
+The one writer of policy versions into the pool (:meth:`Ledger.publish`; the number itself comes from
+:meth:`~swarm.train.Trainer.publish`, the one place that assigns it). One trainer per policy and pool
+(what ``flows.run`` and :func:`swarm.update.run_updates` run). It does not lease or log.
 """
 
 from __future__ import annotations
@@ -62,9 +63,10 @@ class Ledger:
                                                "version": self.trainer.version, "lease_id": lease_id,
                                                "steps": list(step_ids)})
 
-    def publish(self, save: bool = True, **metadata: Any) -> dict[str, float]:
-        """Weights into the backend, version + 1, and that version (with ``metadata``) into the pool."""
-        record, metrics = self.trainer.publish(save=save)
+    def publish(self, save: bool = True, *, after: int | None = None, **metadata: Any) -> dict[str, float]:
+        """Weights into the backend, the next version (:meth:`Trainer.publish`: after ``after`` when given),
+        and that version (with ``metadata``) into the pool."""
+        record, metrics = self.trainer.publish(save=save, after=after)
         meta = {**self.version_metadata, **metadata}
         self.pool.add_policy_version(record.model_copy(update={"metadata": meta}) if meta else record)
         return metrics
@@ -116,8 +118,7 @@ class Ledger:
             journal.append(self.journal_path, {"event": "resume", "update": tr.updates})
         latest = self.pool.latest_version(tr.policy)
         if latest > tr.version:  # versions after the checkpoint were served: never reuse a number
-            tr.version = latest
-            self.publish(save=True, restored_update=tr.updates)
+            self.publish(save=True, after=latest, restored_update=tr.updates)
         elif extra is not None and tr.backend is not None:
             tr.backend.load_weights(tr.policy, adapter_state(tr.model), tr.version)
         return extra

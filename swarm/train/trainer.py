@@ -7,6 +7,8 @@ the full-batch gradient (``swarm.train.batch_loss``); then clipping and the step
 saves the peft adapter, calls the backend's ``load_weights(policy, state, version)``, bumps the
 version; :meth:`Trainer.save_checkpoint` / :meth:`Trainer.resume` make it restartable. Under torchrun
 the update is data parallel (``swarm.train.distributed``); only rank 0 writes or calls the backend.
+Version numbers: the counter starts at the backend's served version (or ``version=``), is restored by
+:meth:`Trainer.resume`, and only :meth:`Trainer.publish` assigns a new one.
 It does not lease, settle, compute advantages or log (``swarm.update`` and the flow do).
 """
 
@@ -181,11 +183,14 @@ class Trainer:
 
     # -- publishing ---------------------------------------------------------------------------
 
-    def publish(self, save: bool = True) -> tuple[PolicyVersion, dict[str, float]]:
-        """Save (when ``out_dir`` is set and ``save``), load into the backend, bump the version; under
-        torch.distributed only rank 0 saves and loads (the record names the path rank 0 wrote)."""
+    def publish(self, save: bool = True, after: int | None = None) -> tuple[PolicyVersion, dict[str, float]]:
+        """Save (when ``out_dir`` is set and ``save``), load into the backend, take the next version: the one
+        place a version number is assigned (``version + 1``; ``after + 1`` when given: a restart past the
+        pool's newest version, a torchrun follower taking rank 0's). Under torch.distributed only rank 0
+        saves and loads (the record names the path rank 0 wrote). The pool learns of it through
+        :meth:`swarm.train.Ledger.publish`."""
         t0 = time.perf_counter()
-        version = self.version + 1
+        version = (self.version if after is None else int(after)) + 1
         path = None
         if self.out_dir is not None and save:
             path = self.out_dir / "adapters" / self.policy / f"v{version:06d}"

@@ -1,0 +1,73 @@
+"""run_updates (a script's entry to the flow's update) on a real pool and trainer: N updates published as
+versions 1..N, settled at the closing checkpoint, stopped from the callback; one place numbers versions."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from tiny_llama import make_tiny_llama
+
+from swarm.pool import Pool, StepFilter
+from swarm.records import Episode, PolicyVersion, Step
+from swarm.train import Ledger, LoraSpec, TrainConfig, Trainer
+from swarm.train.checkpoint import load_latest_checkpoint
+from swarm.update import UpdateSettings, run_updates
+
+SETTINGS = UpdateSettings(strategy="groups", min_episodes=1, min_groups=1, group_size=2, timeout_s=10.0,
+                          max_staleness=None)
+
+
+def _group(pool: Pool, gid: str) -> None:
+    for i, r in enumerate((0.0, 1.0)):
+        ep = pool.add_episode(Episode(task="t", group_id=gid))
+        pool.add_step(Step(episode_id=ep.episode_id, index=0, policy="default", prompt_ids=[1, 2, 3, 4],
+                           response_ids=[5 + i, 6, 7], response_logprobs=[-1.0, -1.0, -1.0]))
+        pool.end_episode(ep.episode_id, reward=r)
+
+
+def _ledger(tmp_path: Path, every: int = 10) -> Ledger:
+    pool = Pool(f"sqlite:///{tmp_path / 'pool.db'}")
+    trainer = Trainer(make_tiny_llama(seed=1), TrainConfig(lr=1e-3, lora=LoraSpec(rank=2)), out_dir=tmp_path)
+    return Ledger(trainer, pool, every=every)
+
+
+def test_updates_publish_versions_and_the_close_settles_them(tmp_path: Path) -> None:
+    led = _ledger(tmp_path)
+    pool = led.pool
+    _group(pool, "g0")
+    seen: list[tuple[int, int]] = []
+
+    def on_update(metrics: dict[str, float], steps: list[Step]) -> None:
+        seen.append((int(metrics["policy/version"]), len(steps)))
+        _group(pool, f"g{len(seen)}")  # the next update's batch
+
+    assert run_updates(led, SETTINGS, 2, on_update=on_update) == 2
+    assert seen == [(1, 2), (2, 2)]
+    assert [v.version for v in pool.policy_versions("default")] == [1, 2] and led.trainer.version == 2
+    assert led.pending == [] and not led.dirty()  # committed: the two leases are settled
+    assert len(pool.query_steps(StepFilter(consumed=True), limit=100)) == 4
+    assert len(pool.query_steps(StepFilter(consumed=False), limit=100)) == 2  # g2, added after the last update
+    assert load_latest_checkpoint(tmp_path / "checkpoints" / "default")["updates"] == 2
+
+
+def test_a_stop_set_by_the_callback_ends_after_that_update(tmp_path: Path) -> None:
+    led = _ledger(tmp_path)
+    _group(led.pool, "g0")
+    _group(led.pool, "g1")
+    stop = threading.Event()
+    n = run_updates(led, SETTINGS, 5, stop, on_update=lambda m, steps: stop.set())
+    assert n == 1 and led.pool.latest_version("default") == 1 and not led.dirty()
+
+
+def test_a_restart_publishes_past_the_pools_newest_version(tmp_path: Path) -> None:
+    led = _ledger(tmp_path)
+    led.pool.add_policy_version(PolicyVersion(policy="default", version=3))  # served before a crash
+    led.resume(load=False)
+    assert led.trainer.version == 4 and led.pool.latest_version("default") == 4
+
+
+def test_publish_after_takes_the_next_number(tmp_path: Path) -> None:
+    trainer = Trainer(make_tiny_llama(seed=1), TrainConfig(lr=1e-3, lora=LoraSpec(rank=2)))
+    assert trainer.publish(save=False)[0].version == 1
+    assert trainer.publish(save=False, after=7)[0].version == 8 and trainer.version == 8
