@@ -157,11 +157,10 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("overrides", nargs="*", help="extra flows.train overrides")
     args = ap.parse_args()
-    from flows.components import model_path
-    from flows.config import HFModel
+    from swarm.policy.hf import HFSettings
 
     t0 = time.time()
-    model = model_path(HFModel(backend="hf", gguf="smollm2"))
+    model = HFSettings(backend="hf", gguf="smollm2").weights()
     res: dict[str, Any] = {"base": evaluate(model, None, args.samples)}
     print(f"base model: greedy {100 * _mean(res['base']['greedy']):.1f}%, sampled "
           f"{100 * _mean(res['base']['sampled']):.1f}% on {len(res['base']['greedy'])} held-out problems", flush=True)

@@ -124,12 +124,11 @@ from peft import LoraConfig
 from transformers import AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from experiments.echo import VERBS, WORDS, echo_reward
-from flows.components import model_path
-from flows.config import HFModel
+from swarm.policy.hf import HFSettings
 
 cfg = json.loads(sys.argv[1])
 torch.manual_seed(0)
-path = model_path(HFModel(name="tiny", backend="hf", warmup="word_chain"))
+path = HFSettings(name="tiny", backend="hf", warmup="word_chain").weights()
 tok = AutoTokenizer.from_pretrained(path)
 rng = random.Random(0)
 rows = [{"prompt": [{"role": "user", "content": f"{rng.choice(VERBS)} {w}"}], "word": w}

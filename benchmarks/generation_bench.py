@@ -60,10 +60,9 @@ def model_folder(name: str, root: Path, dtype: torch.dtype) -> str:
 
         return str(ensure_tiny_model(cache_dir=Path(__file__).resolve().parents[1] / ".cache" / "models"))
     if name == "smollm2":
-        from flows.components import model_path
-        from flows.config import HFModel
+        from swarm.policy.hf import HFSettings
 
-        return model_path(HFModel(backend="hf", gguf="smollm2"))
+        return HFSettings(backend="hf", gguf="smollm2").weights()
     if name.startswith("random"):
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from gpu_check import build_model_dir

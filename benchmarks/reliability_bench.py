@@ -266,8 +266,7 @@ def bypass(pool: Pool, n_bad: int) -> dict[str, Any]:
     import transformers
     from transformers import AutoModelForCausalLM
 
-    from flows.components import model_path
-    from flows.config import HFModel
+    from swarm.policy.hf import HFSettings
     from swarm.records import Episode, Step
     from swarm.train import Ledger, LoraSpec, TrainConfig, Trainer, items_from_steps
     from swarm.train.quarantine import limits_of
@@ -275,7 +274,7 @@ def bypass(pool: Pool, n_bad: int) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     transformers.utils.logging.disable_progress_bar()
-    model = AutoModelForCausalLM.from_pretrained(model_path(HFModel(backend="hf", warmup="word_chain")), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(HFSettings(backend="hf", warmup="word_chain").weights(), dtype=torch.float32)
     vocab, _ = limits_of(model)
     bad_ids = [1_000_000, vocab, 2**31 - 1]
 

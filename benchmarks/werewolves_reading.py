@@ -49,13 +49,12 @@ def main() -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from flows.components import model_path
-    from flows.config import HFModel
+    from swarm.policy.hf import HFSettings
 
     torch.manual_seed(0)
     rng = random.Random(0)
     wide = {"hidden_size": 256, "intermediate_size": 1024} if args.wide else {}
-    path = args.path or model_path(HFModel(backend="hf", warmup=args.warmup, seed=args.model_seed, tiny_spec=wide))
+    path = args.path or HFSettings(backend="hf", warmup=args.warmup, seed=args.model_seed, tiny_spec=wide).weights()
     tok = AutoTokenizer.from_pretrained(path)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(path), LoraConfig(
         r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
