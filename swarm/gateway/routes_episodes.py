@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Request
 from swarm.gateway.routes_ingest import min_reward_source
 from swarm.gateway.schemas import EpisodeCreate, EpisodeEnd
 from swarm.gateway.state import GatewayState, State
-from swarm.pool import AUTHORITY, EpisodeEnding
+from swarm.pool import EpisodeEnding
 from swarm.records import Episode, EpisodeStatus
 from swarm.web.auth import Caller
 from swarm.web.errors import ApiError
@@ -65,57 +65,26 @@ async def heartbeat(episode_id: str, caller: Caller = Depends(any_caller),
 @router.post("/v1/episodes/{episode_id}/end")
 async def end_episode(episode_id: str, body: EpisodeEnd | None = None, caller: Caller = Depends(any_caller),
                       state: GatewayState = Depends(State)) -> dict[str, Any]:
-    """Finish (or fail) an episode, with its reward and per-step rewards (final)."""
+    """Finish (or fail) an episode, with its reward and per-step rewards (final), by the caller's authority.
+
+    The pool decides under the episode's lock (:func:`swarm.pool.rewards.ending_rewards`): below the task's floor
+    or a higher authority's episode reward, the ending's rewards stay history (``reward_applied`` false); a step
+    reward a higher authority set stands (``step_rewards_refused``)."""
     _check(caller, episode_id)
     body = body or EpisodeEnd()
-    reward, step_rewards, note = body.reward, body.step_rewards, None
-    refused: dict[str, float] = {}  # step rewards a higher authority already set: history only
-    if reward is not None or step_rewards:
-        note = await _end_reward_authority(state, caller, episode_id)
-        if note is not None:  # a higher authority's reward stands: the ending's rewards are history only
-            reward, step_rewards = None, None
-        elif step_rewards:
-            mine = AUTHORITY[caller.reward_source]
-            higher = await state.db(state.annotator.step_reward_sources, episode_id, list(step_rewards))
-            refused = {s: v for s, v in step_rewards.items() if AUTHORITY[higher.get(s, "agent")] > mine}
-            step_rewards = {s: v for s, v in step_rewards.items() if s not in refused}
-    ep = await state.episode_ender.submit(EpisodeEnding(episode_id, EpisodeStatus(body.status), reward,
-                                                        step_rewards, body.metadata, source=caller.reward_source))
+    rewarded = body.reward is not None or bool(body.step_rewards)
+    floor = await min_reward_source(state, episode_id) if rewarded else "agent"
+    ended = await state.episode_ender.submit(EpisodeEnding(episode_id, EpisodeStatus(body.status), body.reward,
+                                                           body.step_rewards, body.metadata,
+                                                           source=caller.reward_source, min_source=floor))
     state.episodes.forget(episode_id)
-    out = episode_json(ep)
-    # a higher authority's episode reward that landed after the check above stands (the pool checks again)
-    raced = (None if note is not None or reward is None or ep.reward == reward else
-             "a higher authority set the episode's reward while it was ending; kept in the history")
-    if body.reward is not None or body.step_rewards:
-        src = caller.reward_source
-        if note is not None:  # nothing of the ending's rewards applied
-            await state.write(state.annotator.record_rewards, episode_id, src, body.reward, body.step_rewards, False, note)
-        else:
-            if raced:
-                await state.write(state.annotator.record_rewards, episode_id, src, body.reward, None, False, raced)
-            if src != "agent":  # an unrecorded reward counts as the agent's anyway
-                await state.write(state.annotator.record_rewards, episode_id, src, None if raced else body.reward,
-                                  step_rewards, True, "applied when the episode ended")
-        if refused:
-            why = (f"a higher authority set these steps' rewards, which a {src} cannot supersede; "
-                   "kept in the history")
-            await state.write(state.annotator.record_rewards, episode_id, src, None, refused, False, why)
-            out["step_rewards_refused"] = {s: why for s in refused}
-        out.update(reward_applied=note is None and raced is None, reward_source=src,
-                   reward_reason=note or raced or "applied")
+    out = episode_json(ended.episode)
+    if ended.rewards is not None:
+        if ended.refused_steps:
+            out["step_rewards_refused"] = dict(ended.refused_steps)
+        out.update(reward_applied=ended.rewards.applied, reward_source=ended.rewards.source,
+                   reward_reason=ended.rewards.reason)
     return out
-
-
-async def _end_reward_authority(state: GatewayState, caller: Caller, episode_id: str) -> str | None:
-    """Why the caller's end-of-episode rewards must not apply (None: they apply)."""
-    mine = caller.reward_source
-    floor = await min_reward_source(state, episode_id)
-    if AUTHORITY[mine] < AUTHORITY[floor]:
-        return f"this task takes rewards from {floor} or higher; the {mine}'s report is kept in the history"
-    current = await state.db(state.annotator.episode_reward_authority, episode_id)
-    if current is not None and AUTHORITY[current] > AUTHORITY[mine]:
-        return f"the episode's reward was set by the {current}, which a {mine} cannot supersede; kept in the history"
-    return None
 
 
 @router.post("/v1/episodes/{episode_id}/abort")
@@ -123,6 +92,6 @@ async def abort_episode(episode_id: str, caller: Caller = Depends(any_caller),
                         state: GatewayState = Depends(State)) -> dict[str, Any]:
     """End an episode as failed (its steps are kept, never trained)."""
     _check(caller, episode_id)
-    ep = await state.episode_ender.submit(EpisodeEnding(episode_id, EpisodeStatus.failed))
+    ended = await state.episode_ender.submit(EpisodeEnding(episode_id, EpisodeStatus.failed))
     state.episodes.forget(episode_id)
-    return episode_json(ep)
+    return episode_json(ended.episode)

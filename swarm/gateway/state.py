@@ -17,7 +17,7 @@ from fastapi import Request
 from swarm.gateway.batcher import Batcher
 from swarm.gateway.episodes import OpenEpisodes
 from swarm.policy.base import PolicyBackend
-from swarm.pool import EpisodeEnding, EpisodeHead, Served
+from swarm.pool import Ended, EpisodeEnding, EpisodeHead, Served
 from swarm.records import Episode, EpisodeStatus, Step
 from swarm.web.auth import Caller
 from swarm.web.errors import ApiError
@@ -38,7 +38,7 @@ class GatewayState(ServiceState):
         # in one transaction per batch
         self.step_writer: Batcher[list[Step], None] = Batcher(self._write_steps)
         self.episode_opener: Batcher[Episode, Episode] = Batcher(functools.partial(self.write, self.recorder.add_episodes))
-        self.episode_ender: Batcher[EpisodeEnding, Episode] = Batcher(functools.partial(self.write, self.recorder.end_episodes))
+        self.episode_ender: Batcher[EpisodeEnding, Ended] = Batcher(functools.partial(self.write, self.recorder.end_episodes))
         # (episode, kind, Idempotency-Key) -> steps this process stored for that call: a repeat racing the first
         # call is answered from here without a pool read under the episode lock (bounded, oldest dropped)
         self.recent_calls: OrderedDict[tuple[str, str, str], list[Step]] = OrderedDict()

@@ -15,7 +15,7 @@ See docs/pool.md for the tour and the storage design.
 
 from swarm.pool.curations import Curation, parse_ref
 from swarm.pool.engines import ENGINES, Dialect, EngineSection
-from swarm.pool.episodes import EpisodeEnding
+from swarm.pool.episodes import Ended, EpisodeEnding
 from swarm.pool.evals import EvalResult, eval_summary, record_run_evals
 from swarm.pool.feedback import CORRECTION_KEY, Correction, Rating
 from swarm.pool.filter import StepFilter
@@ -43,7 +43,7 @@ __all__ = [
     "Pool", "open_pool", "ENGINES", "Dialect", "EngineSection",
     "Lookup", "Recorder", "Annotator", "Reader", "LeaseBook", "Versions", "Claims", "Agreements", "Feedback", "Monitor",
     "Served",
-    "StepFilter", "Lease", "Curation", "parse_ref", "EpisodeEnding", "EpisodeHead", "RewardOutcome", "AUTHORITY",
+    "StepFilter", "Lease", "Curation", "parse_ref", "EpisodeEnding", "Ended", "EpisodeHead", "RewardOutcome", "AUTHORITY",
     "EvalResult", "eval_summary", "record_run_evals", "Rating", "Correction", "CORRECTION_KEY", "Overview",
     "ID_LEN", "INT32_MAX", "NAME_LEN",
 ]

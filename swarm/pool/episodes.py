@@ -18,15 +18,16 @@ import sqlalchemy as sa
 from swarm.errors import ConflictError, NotFoundError, ValidationError
 from swarm.pool.checks import check_reward, chunks, coerce, coerce_enum
 from swarm.pool.engine import Database
-from swarm.pool.rewards import AUTHORITY, authority, clear_lower_step_rewards, step_authorities
+from swarm.pool.rewards import AUTHORITY, RewardOutcome, clear_lower_step_rewards, ending_rewards
 from swarm.pool.rows import EPISODE_COLS, open_episode, to_episode
 from swarm.pool.schema import episodes as E
+from swarm.pool.schema import rewards as RW
 from swarm.pool.schema import steps as S
 from swarm.records import Episode, EpisodeStatus, RewardStatus, now
 
 _clock = now  # abandon_stale's parameter is called ``now``
 
-__all__ = ["EpisodeEnding", "EpisodesMixin"]
+__all__ = ["EpisodeEnding", "Ended", "EpisodesMixin"]
 
 # built once (SQLAlchemy reuses their compiled form); an UPDATE without .values() sets the
 # columns its parameter dicts name
@@ -48,9 +49,19 @@ class EpisodeEnding:
     reward: float | None = None
     step_rewards: Mapping[str, float] | None = None
     metadata: Mapping[str, Any] | None = None
-    # who gives the rewards ("agent" | "judge" | "admin"): checked again under the episode's lock, so a
-    # higher authority's reward that landed since the caller looked is kept (None: not checked)
+    # who gives the rewards ("agent" | "judge" | "admin"): they go by authority, decided under the episode's
+    # lock (swarm.pool.rewards.ending_rewards), and are recorded (None: applied unchecked, unrecorded)
     source: str | None = None
+    min_source: str = "agent"  # the task's floor: rewards from a lower source stay history
+
+
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """An ended episode as stored, and what became of the rewards its ending gave with a ``source``."""
+
+    episode: Episode
+    rewards: RewardOutcome | None = None  # None: the ending had no source or gave no reward
+    refused_steps: Mapping[str, str] = dataclasses.field(default_factory=dict)  # step id -> why it stays history
 
 
 class EpisodesMixin(Database):
@@ -92,10 +103,11 @@ class EpisodesMixin(Database):
         metadata: Mapping[str, Any] | None = None,
     ) -> Episode:
         """End an open episode; ``reward`` / ``step_rewards`` given here are final."""
-        return self.end_episodes([EpisodeEnding(episode_id, status, reward, step_rewards, metadata)])[0]
+        return self.end_episodes([EpisodeEnding(episode_id, status, reward, step_rewards, metadata)])[0].episode
 
-    def end_episodes(self, endings: list[EpisodeEnding]) -> list[Episode]:
-        """End open episodes in one transaction (all or none), in order; the ended episodes as stored.
+    def end_episodes(self, endings: list[EpisodeEnding]) -> list[Ended]:
+        """End open episodes in one transaction (all or none), in order; the ended episodes as stored, with
+        what became of the rewards of endings with a ``source`` (:func:`swarm.pool.rewards.ending_rewards`).
 
         Ending one episode twice in a batch is a ConflictError, as it is one call after the other.
         """
@@ -109,7 +121,9 @@ class EpisodesMixin(Database):
             # batches queue, never deadlock)
             rows = _rows(c, self.sql.lock_rows(_ROWS), ids)
             t = now()
-            updates = []
+            updates: list[dict[str, Any]] = []
+            outcomes: dict[int, tuple[RewardOutcome, dict[str, str]]] = {}
+            history: list[dict[str, Any]] = []
             for i, e in enumerate(endings):
                 row = rows.get(e.episode_id)
                 if row is None:
@@ -117,7 +131,11 @@ class EpisodesMixin(Database):
                 if row["status"] != EpisodeStatus.open.value:
                     raise ConflictError(f"episode is {row['status']}, not open", episode_id=e.episode_id)
                 if e.source is not None and (e.reward is not None or e.step_rewards):
-                    e = endings[i] = _within_authority(c, e, row["reward"] is not None)
+                    reward, steps, outcome, refused, rows = ending_rewards(
+                        c, e.episode_id, e.source, e.min_source, e.reward, e.step_rewards, row["reward"] is not None)
+                    e = endings[i] = dataclasses.replace(e, reward=reward, step_rewards=steps)
+                    outcomes[i] = (outcome, refused)
+                    history += rows
                 row.update(status=e.status.value, updated_at=t, ended_at=t)
                 if e.reward is not None:
                     row.update(reward=float(e.reward), reward_status=RewardStatus.final.value)
@@ -127,8 +145,10 @@ class EpisodesMixin(Database):
             c.execute(_SET_EPISODE, updates)
             _clear_below_enders(c, endings)  # first: the step rewards given with the ending then stand
             _final_step_rewards(c, endings)
+            if history:
+                c.execute(RW.insert(), history)
             stored = _rows(c, _ROWS, ids)
-        return [to_episode(stored[e.episode_id]) for e in endings]
+        return [Ended(to_episode(stored[e.episode_id]), *outcomes.get(i, (None, {}))) for i, e in enumerate(endings)]
 
     def abandon_stale(self, now: float | None = None) -> list[str]:
         """Mark open episodes idle for longer than their ``timeout_s`` abandoned; returns their ids.
@@ -157,25 +177,16 @@ def _row(ep: Episode) -> dict[str, Any]:
 
 def _checked(e: EpisodeEnding) -> EpisodeEnding:
     status = coerce_enum(EpisodeStatus, e.status, "status")
+    for name in ("source", "min_source"):
+        value = getattr(e, name)
+        if value is not None and value not in AUTHORITY:
+            raise ValidationError(f"{name}: must be one of {list(AUTHORITY)}, got {value!r}", episode_id=e.episode_id)
     if status == EpisodeStatus.open:
         raise ValidationError("status: an episode cannot be ended as open", episode_id=e.episode_id)
     check_reward(e.reward, "reward")
     for sid, r in (e.step_rewards or {}).items():
         check_reward(r, f"step_rewards[{sid}]")
     return dataclasses.replace(e, status=status)
-
-
-def _within_authority(c: sa.Connection, e: EpisodeEnding, has_reward: bool) -> EpisodeEnding:
-    """``e`` without the rewards whose target a higher authority than ``e.source`` already set."""
-    mine = AUTHORITY[e.source] if e.source in AUTHORITY else 0
-    reward = e.reward
-    if reward is not None and authority(c, e.episode_id, None, has_reward) > mine:
-        reward = None
-    steps = dict(e.step_rewards or {})
-    if steps:
-        higher = {s for s, a in step_authorities(c, e.episode_id, list(steps)).items() if a > mine}
-        steps = {s: v for s, v in steps.items() if s not in higher}
-    return dataclasses.replace(e, reward=reward, step_rewards=steps or None)
 
 
 def _clear_below_enders(c: sa.Connection, endings: list[EpisodeEnding]) -> None:

@@ -5,12 +5,17 @@ Every reward reported through the gateway is recorded (table ``rewards``) with i
 (the admin token); authority grows in that order. A reward becomes the target's reward when its
 authority is higher than the one that set the current reward, or equal to it while the current
 reward is not yet final; otherwise it is kept in the history, not applied, with the reason. A
-reward set without a record (at ``/end``, on a white-box step, by the pool API directly) counts as
-the agent's. When a judge or admin sets an episode's reward, the step rewards of that episode set
+reward set without a record (an agent's at ``/end``, on a white-box step, by the pool API directly)
+counts as the agent's. When a judge or admin sets an episode's reward, the step rewards of that episode set
 by a lower authority are cleared, so every step trains on the highest-authority reward.
 
 A task may raise the lowest source whose reward is applied at all (``min_source``: e.g. ``judge``
 for tasks whose agent must not grade itself); the gateway passes it from its settings.
+
+An episode ended with a ``source`` (:class:`swarm.pool.episodes.EpisodeEnding`) goes by the same rules
+under the episode's lock (:func:`ending_rewards`): its rewards apply unless the task's floor or a higher
+authority's episode reward refuses them all, a step reward a higher authority set stands, and what is
+refused (and a judge's or admin's applied rewards) is recorded.
 
 A mixin of :class:`swarm.pool.store.Pool`; same transactions and errors (NotFoundError for an unknown
 target, ValidationError for an unknown source). It does not decide which source a caller is.
@@ -19,6 +24,7 @@ target, ValidationError for an unknown source). It does not decide which source 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +40,7 @@ from swarm.pool.schema import steps as S
 from swarm.records import RewardStatus, now
 
 __all__ = ["RewardsMixin", "RewardOutcome", "AUTHORITY", "SOURCES", "authority", "step_authorities",
-           "clear_lower_step_rewards"]
+           "clear_lower_step_rewards", "ending_rewards"]
 
 AUTHORITY = {"agent": 1, "judge": 2, "admin": 3}
 SOURCES = tuple(AUTHORITY)
@@ -127,25 +133,6 @@ class RewardsMixin(Database):
                         clear_lower_step_rewards(c, episode_id, a)
         return RewardOutcome(applied, source, reason, _NAMES.get(a if applied else cur))
 
-    def record_rewards(self, episode_id: str, source: str, reward: float | None,
-                       step_rewards: dict[str, float] | None, applied: bool, reason: str) -> None:
-        """Record rewards applied (or refused) elsewhere, e.g. those given when an episode ends."""
-        rows = ([(None, reward)] if reward is not None else []) + list((step_rewards or {}).items())
-        if not rows:
-            return
-        t = now()
-        with self._tx(write=True) as c:
-            c.execute(RW.insert(), [{"reward_id": f"rw-{uuid.uuid4().hex}", "episode_id": episode_id, "step_id": sid,
-                                     "value": float(v), "final": True, "source": source,
-                                     "authority": AUTHORITY[source], "applied": applied, "reason": reason,
-                                     "created_at": t} for sid, v in rows])
-
-    def step_reward_sources(self, episode_id: str, step_ids: list[str]) -> dict[str, str]:
-        """The source of each of ``step_ids``' own current reward where one was applied with a record
-        (steps without such a record are absent: their reward, if any, counts as the agent's)."""
-        with self._tx() as c:
-            return {sid: _NAMES[a] for sid, a in step_authorities(c, episode_id, step_ids).items()}
-
     def episode_reward_authority(self, episode_id: str) -> str | None:
         """The source of an episode's current reward (None: no reward yet)."""
         with self._tx() as c:
@@ -159,6 +146,49 @@ class RewardsMixin(Database):
         q = sa.select(RW).where(RW.c.episode_id == episode_id).order_by(RW.c.created_at, RW.c.reward_id)
         with self._tx() as c:
             return [{k: v for k, v in r.items() if k != "authority"} for r in c.execute(q).mappings()]
+
+
+def ending_rewards(c: sa.Connection, episode_id: str, source: str, min_source: str, reward: float | None,
+                   step_rewards: Mapping[str, float] | None, has_reward: bool,
+                   ) -> tuple[float | None, dict[str, float] | None, RewardOutcome, dict[str, str], list[dict[str, Any]]]:
+    """What an ending from ``source`` may apply, decided under the episode's lock: (reward, step rewards) to
+    apply, the outcome, the refused steps (id -> why) and the ``rewards`` rows to record.
+
+    All of it stays history when ``source`` is below the task's floor ``min_source`` or below the authority of
+    the episode's current reward (``has_reward``: it has one); otherwise a step reward a higher authority set
+    stands (its step is refused). A judge's or admin's applied rewards are recorded too (an agent's need no
+    record: an unrecorded reward counts as the agent's)."""
+    mine = AUTHORITY[source]
+    current = authority(c, episode_id, None, has_reward)
+    note = None
+    if mine < AUTHORITY[min_source]:
+        note = f"this task takes rewards from {min_source} or higher; the {source}'s report is kept in the history"
+    elif current > mine:
+        note = (f"the episode's reward was set by the {_NAMES[current]}, which a {source} cannot supersede; "
+                "kept in the history")
+    if note is not None:
+        return (None, None, RewardOutcome(False, source, note, _NAMES.get(current)), {},
+                _history(episode_id, source, reward, step_rewards, False, note))
+    steps = dict(step_rewards or {})
+    higher = step_authorities(c, episode_id, list(steps))
+    refused = {s: v for s, v in steps.items() if higher.get(s, 0) > mine}
+    steps = {s: v for s, v in steps.items() if s not in refused}
+    rows = (_history(episode_id, source, reward, steps, True, "applied when the episode ended")
+            if mine > AUTHORITY["agent"] else [])
+    why = f"a higher authority set these steps' rewards, which a {source} cannot supersede; kept in the history"
+    rows += _history(episode_id, source, None, refused, False, why)
+    outcome = RewardOutcome(True, source, "applied", source if reward is not None else _NAMES.get(current))
+    return reward, steps or None, outcome, dict.fromkeys(refused, why), rows
+
+
+def _history(episode_id: str, source: str, reward: float | None, step_rewards: Mapping[str, float] | None,
+             applied: bool, reason: str) -> list[dict[str, Any]]:
+    """``rewards`` rows of an episode's reward and step rewards reported by ``source`` (final ones)."""
+    t = now()
+    return [{"reward_id": f"rw-{uuid.uuid4().hex}", "episode_id": episode_id, "step_id": sid, "value": float(v),
+             "final": True, "source": source, "authority": AUTHORITY[source], "applied": applied, "reason": reason,
+             "created_at": t}
+            for sid, v in ([(None, reward)] if reward is not None else []) + list((step_rewards or {}).items())]
 
 
 def step_authorities(c: sa.Connection, episode_id: str, step_ids: list[str]) -> dict[str, int]:

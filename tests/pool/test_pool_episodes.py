@@ -59,7 +59,7 @@ def test_end_episodes_one_transaction_same_result_as_one_by_one(pool: Pool) -> N
         EpisodeEnding(c.episode_id, reward=1.0),
     ]
     with transactions(pool) as n:
-        done = pool.end_episodes(endings)
+        done = [e.episode for e in pool.end_episodes(endings)]
     assert n[0] == 1
     assert done == [pool.get_episode(e.episode_id) for e in endings]  # as stored, in order
     assert [d.status for d in done] == [EpisodeStatus.finished, EpisodeStatus.failed, EpisodeStatus.finished]
@@ -113,22 +113,43 @@ def test_concurrent_batches_ending_the_same_episodes_in_opposite_orders(pool: Po
         assert all(pool.get_episode(i).status == EpisodeStatus.finished for i in ids)
 
 
-def test_an_ending_with_a_source_keeps_a_higher_authoritys_rewards(pool: Pool) -> None:
-    """end_episodes checks the ending's source again under the episode's lock: a judge's episode or step
-    reward that landed after the caller looked stands; the agent's other rewards apply, and no source
-    (the pool API directly) applies all as before."""
+def test_an_ending_with_a_source_goes_by_authority(pool: Pool) -> None:
+    """end_episodes decides an ending's rewards by its source under the episode's lock: a judge's episode
+    reward keeps an agent's ending rewards all history; a judge's step reward stands while the agent's
+    others apply; a higher source supersedes; the task's floor refuses; no source (the pool API directly)
+    applies all unrecorded, as before. Refused and non-agent rewards land in the reward history."""
     ep = episode(pool)
     s1, s2 = pool.add_steps([step(ep, 0, seed=1), step(ep, 1, seed=2)])
     assert pool.report_reward(step_id=s1, reward=0.25, source="judge").applied
     assert pool.report_reward(episode_id=ep.episode_id, reward=0.0, source="judge").applied
     (ended,) = pool.end_episodes([EpisodeEnding(ep.episode_id, reward=1.0, step_rewards={s1: 1.0, s2: 0.5},
                                                 source="agent")])
-    assert ended.reward == 0.0
-    assert pool.get_step(s1, with_tokens=False).reward == 0.25 and pool.get_step(s2, with_tokens=False).reward == 0.5
+    assert ended.episode.reward == 0.0 and not ended.rewards.applied and "set by the judge" in ended.rewards.reason
+    assert pool.get_step(s1, with_tokens=False).reward == 0.25
+    assert pool.get_step(s2, with_tokens=False).reward == 0.0  # the judge's episode reward, not the agent's 0.5
+    assert [(h["source"], h["value"], h["applied"]) for h in pool.reward_history(ep.episode_id)][-3:] == [
+        ("agent", 1.0, False), ("agent", 1.0, False), ("agent", 0.5, False)]
+
+    steps = episode(pool)
+    j, own = pool.add_steps([step(steps, 0, seed=3), step(steps, 1, seed=4)])
+    pool.report_reward(step_id=j, reward=0.0, source="judge")
+    (ended,) = pool.end_episodes([EpisodeEnding(steps.episode_id, reward=1.0, step_rewards={j: 1.0, own: 0.5},
+                                                source="agent")])
+    assert ended.rewards.applied and list(ended.refused_steps) == [j] and ended.episode.reward == 1.0
+    assert pool.get_step(j, with_tokens=False).reward == 0.0 and pool.get_step(own, with_tokens=False).reward == 0.5
+
     other = episode(pool)
     pool.report_reward(episode_id=other.episode_id, reward=0.0, source="judge")
     (ended,) = pool.end_episodes([EpisodeEnding(other.episode_id, reward=1.0, source="admin")])
-    assert ended.reward == 1.0
+    assert ended.episode.reward == 1.0 and ended.rewards.applied
+    assert pool.episode_reward_authority(other.episode_id) == "admin"  # recorded: it counts as the admin's
+
+    floor = episode(pool)
+    (ended,) = pool.end_episodes([EpisodeEnding(floor.episode_id, reward=1.0, source="agent", min_source="judge")])
+    assert ended.episode.reward is None and "judge or higher" in ended.rewards.reason
+    with pytest.raises(ValidationError, match="source"):
+        pool.end_episodes([EpisodeEnding(episode(pool).episode_id, reward=1.0, source="robot")])
+
     third = episode(pool)
     pool.report_reward(episode_id=third.episode_id, reward=0.0, source="judge")
     assert pool.end_episode(third.episode_id, reward=1.0).reward == 1.0  # no source: unchecked, as before
