@@ -6,7 +6,9 @@ transaction: it either happens completely or raises a :mod:`swarm.errors` except
 leaves nothing behind. A Pool is thread-safe and any number of processes may open the same
 database. Opening and ending episodes live in :mod:`swarm.pool.episodes`; rewards, events,
 labels, versions and stats in :mod:`swarm.pool.annotate`, leases in :mod:`swarm.pool.lease`,
-exports in :mod:`swarm.pool.export`, client agreements (C4 / C5) in :mod:`swarm.pool.agreements`.
+exports in :mod:`swarm.pool.export`, client agreements (C4 / C5) in :mod:`swarm.pool.agreements`,
+the monitoring queries in :mod:`swarm.pool.overview`; what one database does differently in its engine
+module (:mod:`swarm.pool.engines`). :func:`open_pool` opens a pool on a configured or a plugin's engine.
 
 Errors raised here:
     ValidationError  a record or argument is malformed (the message names the field)
