@@ -69,7 +69,7 @@ class Session:
     values: dict[str, float] = field(default_factory=dict)
     t_start: float = field(default_factory=time.time)
     curation: tuple[str | None, StepFilter | None] = (None, None)  # (name@version, filter): what the lease takes
-    control: Control | None = None  # the run's control state (/v1/control on its gateway)
+    control: Control[RunConfig] | None = None  # the run's control state (/v1/control on its gateway)
     workers: list[WorkerConfig] = field(default_factory=list)  # the thread and process workers' (eval_every)
     control_lines: list[str] = field(default_factory=list)  # control_events.jsonl
 

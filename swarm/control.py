@@ -21,13 +21,17 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Generic, TypedDict, TypeVar
 
 from swarm.errors import ConflictError, ValidationError
 
-__all__ = ["Control", "Change", "Knob", "KNOBS", "STATES", "STRATEGIES", "knob_name", "check_knob"]
+__all__ = ["Control", "ControlStatus", "Change", "Knob", "KnobValue", "KNOBS", "STATES", "STRATEGIES", "knob_name",
+           "check_knob"]
+
+KnobValue = int | float | str | None  # lr: float; strategy: str; the counts: int; max_staleness may be None
+_Started = TypeVar("_Started")  # what check_start makes of a client's overrides (flows.train: its RunConfig)
 
 STATES = ("waiting", "running", "paused", "stopping", "finished")
 STRATEGIES = ("episodes", "groups", "groups_var", "any_agree", "all_agree")
@@ -64,7 +68,7 @@ def knob_name(name: str) -> str:
                           "(anything else needs a new run)", param=name, code="unsafe_knob")
 
 
-def _int(value: Any, lo: int) -> int | None:
+def _int(value: object, lo: int) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
     try:
@@ -74,18 +78,18 @@ def _int(value: Any, lo: int) -> int | None:
     return v if v is not None and v >= lo else None
 
 
-def check_knob(name: str, value: Any) -> tuple[str, Any]:
+def check_knob(name: str, value: object) -> tuple[str, KnobValue]:
     """(short name, the value as the run uses it); a ValidationError names the knob and what it accepts."""
     name = knob_name(name)
-    v: Any = None
+    v: KnobValue = None
     if name == "lr":
         try:
-            v = float(value) if not isinstance(value, bool) else None
-        except (TypeError, ValueError):
+            v = float(value) if isinstance(value, int | float | str) and not isinstance(value, bool) else None
+        except ValueError:
             v = None
         v = v if v is not None and math.isfinite(v) and v > 0 else None
     elif name == "strategy":
-        v = value if value in STRATEGIES else None
+        v = value if isinstance(value, str) and value in STRATEGIES else None
     elif name == "max_staleness":
         if value is None or value == "null":
             return name, None
@@ -103,17 +107,33 @@ class Change:
     """A requested knob change; ``version`` is the policy version it was applied at (None: queued)."""
 
     knob: str
-    value: Any
+    value: KnobValue
     requested_at: float = field(default_factory=time.time)
     version: int | None = None
     applied_at: float | None = None
 
 
-class Control:
+class ControlStatus(TypedDict):
+    """What :meth:`Control.status` answers (``GET /v1/control``)."""
+
+    state: str
+    held: bool
+    holder: str | None
+    policy_version: int
+    updates_done: int
+    updates_total: KnobValue
+    knobs: dict[str, KnobValue]
+    overrides: dict[str, object]
+    pending: list[dict[str, Any]]  # asdict(Change)
+    applied: list[dict[str, Any]]
+
+
+class Control(Generic[_Started]):
     """The run's control state (see the module docstring); ``knobs`` are the run's current values."""
 
-    def __init__(self, knobs: dict[str, Any], *, wait_for_client: bool = False,
-                 check_start: Callable[[dict[str, Any]], tuple[Any, dict[str, Any]]] | None = None) -> None:
+    def __init__(self, knobs: Mapping[str, KnobValue], *, wait_for_client: bool = False,
+                 check_start: Callable[[dict[str, object]], tuple[_Started, Mapping[str, KnobValue]]] | None = None
+                 ) -> None:
         """``check_start(overrides)`` -> (what the flow starts with, the knobs after the overrides); it raises
         ValidationError naming a refused key. Without ``wait_for_client`` the run is running at once."""
         self._lock = threading.Condition()
@@ -122,8 +142,8 @@ class Control:
         self.holder: str | None = None if wait_for_client else "flows.train"
         self.updates_done = 0
         self.version = 0
-        self.started_with: Any = None
-        self.overrides: dict[str, Any] = {}
+        self.started_with: _Started | None = None
+        self.overrides: dict[str, object] = {}
         self._check_start = check_start
         self._queue: list[Change] = []
         self.applied: list[Change] = []
@@ -131,7 +151,7 @@ class Control:
         self._held = False  # the loop is holding at a pause (no update under way)
 
     # -- what the routes call -------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ControlStatus:
         """The state, ``held`` (paused and the loop is holding: no update under way), holder, policy version,
         updates done / total, knobs, queued and applied changes."""
         with self._lock:
@@ -140,7 +160,7 @@ class Control:
                     "knobs": dict(self.knobs), "overrides": dict(self.overrides),
                     "pending": [asdict(c) for c in self._queue], "applied": [asdict(c) for c in self.applied]}
 
-    def start(self, overrides: dict[str, Any], holder: str = "client") -> dict[str, Any]:
+    def start(self, overrides: Mapping[str, object], holder: str = "client") -> ControlStatus:
         """Start a waiting run with ``overrides`` (dotted config keys); 409 unless waiting."""
         with self._lock:
             if self.state != "waiting":
@@ -155,15 +175,15 @@ class Control:
             self._lock.notify_all()
         return self.status()
 
-    def pause(self) -> dict[str, Any]:
+    def pause(self) -> ControlStatus:
         """Hold the run before its next update (an update already training completes); 409 unless running."""
         return self._move({"running", "paused"}, "paused")
 
-    def resume(self) -> dict[str, Any]:
+    def resume(self) -> ControlStatus:
         """Let a paused run go on; 409 unless paused (or running)."""
         return self._move({"paused", "running"}, "running")
 
-    def retune(self, knobs: dict[str, Any]) -> list[Change]:
+    def retune(self, knobs: Mapping[str, object]) -> list[Change]:
         """Queue knob changes (all valid or none); 409 once the run is stopping or finished."""
         if not knobs:
             raise ValidationError("no knobs given; send {knob: value}, e.g. {\"lr\": 0.001}", code="invalid_value")
@@ -178,7 +198,7 @@ class Control:
             self._lock.notify_all()
         return changes
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> ControlStatus:
         """End the run cleanly: the current update finishes, then the checkpoint (a waiting run just ends)."""
         with self._lock:
             if self.state in ("waiting", "running", "paused"):
@@ -196,7 +216,7 @@ class Control:
             if self.state in ("stopping", "finished"):
                 stop.set()
 
-    def wait_for_start(self, stop: threading.Event, poll_s: float = 0.2) -> Any:
+    def wait_for_start(self, stop: threading.Event, poll_s: float = 0.2) -> _Started | None:
         """Block until a client starts the run: what ``check_start`` made of its overrides; None when the
         run was stopped (a client's stop or ``stop``: Ctrl-C) first."""
         with self._lock:
@@ -247,7 +267,7 @@ class Control:
             self.state = "finished"
             self._lock.notify_all()
 
-    def _move(self, allowed: set[str], to: str) -> dict[str, Any]:
+    def _move(self, allowed: set[str], to: str) -> ControlStatus:
         with self._lock:
             if self.state not in allowed:
                 raise ConflictError(f"the run is {self.state}; it can be {'paused' if to == 'paused' else 'resumed'} "

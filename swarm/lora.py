@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from swarm.errors import ValidationError
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
 
 __all__ = ["LoraSpec"]
 
@@ -31,7 +34,7 @@ class LoraSpec:
         if not isinstance(self.target_modules, str):
             object.__setattr__(self, "target_modules", tuple(self.target_modules))
 
-    def peft(self) -> Any:
+    def peft(self) -> LoraConfig:
         """This adapter as peft's ``LoraConfig`` (imports peft)."""
         from peft import LoraConfig
 

@@ -14,13 +14,15 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from swarm.errors import BackendError
 from swarm.judge.spec import JudgeSpec
 
 __all__ = ["Trajectory", "JudgeReplyError", "judge_messages", "score_schema", "response_format", "parse_scores",
            "cache_key", "chunks", "shared_prefix", "render_message"]
+
+_T = TypeVar("_T")
 
 
 class JudgeReplyError(BackendError, ValueError):
@@ -88,14 +90,14 @@ def judge_messages(spec: JudgeSpec, trajectories: list[Trajectory]) -> list[dict
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def score_schema(spec: JudgeSpec, n: int) -> dict[str, Any]:
+def score_schema(spec: JudgeSpec, n: int) -> dict[str, object]:
     """One integer score per trajectory, keys ``t1..tn`` in order, nothing else."""
     score = {"type": "integer", "enum": list(range(spec.scale_min, spec.scale_max + 1))}
     keys = [f"t{i}" for i in range(1, n + 1)]
     return {"type": "object", "properties": {k: score for k in keys}, "required": keys, "additionalProperties": False}
 
 
-def response_format(spec: JudgeSpec, n: int) -> dict[str, Any]:
+def response_format(spec: JudgeSpec, n: int) -> dict[str, object]:
     """The OpenAI ``response_format`` of a judge call over ``n`` trajectories."""
     return {"type": "json_schema", "json_schema": {"name": "judge_scores", "strict": True,
                                                    "schema": score_schema(spec, n)}}
@@ -129,7 +131,7 @@ def cache_key(spec: JudgeSpec, messages: list[dict[str, str]]) -> str:
     return "jc-" + hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
-def chunks(items: list[Any], size: int) -> list[list[Any]]:
+def chunks(items: list[_T], size: int) -> list[list[_T]]:
     """``items`` in near-equal consecutive chunks of at most ``size`` (no chunk of one when avoidable)."""
     if len(items) <= size:
         return [items]

@@ -30,11 +30,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 
-from swarm.client.sdk import SwarmClient
+from swarm.client.sdk import EpisodeHandle, SwarmClient
 from swarm.errors import BackendError
 from swarm.judge.prompt import (
     JudgeReplyError,
@@ -237,7 +236,7 @@ class GroupJudge:
             raise httpx.HTTPStatusError(f"{r.status_code}: {r.text[:200]}", request=r.request, response=r)
         return r.json()["choices"][0]["message"]["content"] or ""
 
-    def _end(self, ep: Any, status: str, result: dict[str, Any]) -> None:
+    def _end(self, ep: EpisodeHandle, status: str, result: dict[str, object]) -> None:
         self.client.request("POST", f"/v1/episodes/{ep.episode_id}/end", key=ep.api_key,
                             json={"status": status, "metadata": {"judge_result": result}}, episode_id=ep.episode_id)
 

@@ -13,12 +13,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    import torch
+
     from swarm.policy.constraint import Constraint
 
 from swarm.errors import SwarmError
 
 __all__ = ["SamplingParams", "GenerateRequest", "Generation", "TokenDelta", "PolicyBackend", "VersionTable",
-           "vocab_size", "CLIENT_BODY"]
+           "vocab_size", "CLIENT_BODY", "StateDict"]
+
+StateDict = dict[str, "torch.Tensor"]  # weights by parameter name: a peft adapter's, or a (partial) model's
 
 CLIENT_BODY = "body"  # GenerateRequest.client_fields key: the client's chat body as sent (the fields it set)
 
@@ -141,8 +145,10 @@ class PolicyBackend(Protocol):
         """Yield :class:`TokenDelta` pieces as tokens are sampled, then the final :class:`Generation` per sample."""
         ...
 
-    def load_weights(self, policy: str, adapter_state: dict[str, Any], version: int) -> None:
-        """Swap in new weights atomically between generations; requests after this get ``version``."""
+    def load_weights(self, policy: str, adapter_state: StateDict | None, version: int) -> None:
+        """Swap in new weights atomically between generations; requests after this get ``version``.
+        ``None``: only the version changes (the weights already changed in place, or a follower's record
+        has no adapter)."""
         ...
 
 
@@ -166,7 +172,7 @@ class VersionTable:
         return self._versions[policy]
 
 
-def vocab_size(backend: Any, policy: str) -> int | None:
+def vocab_size(backend: PolicyBackend, policy: str) -> int | None:
     """How many token ids ``policy``'s model takes (valid ids are below it); None when unknown.
 
     Optional part of the protocol: a backend's own ``vocab_size(policy)``, else the size of its

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swarm.errors import ValidationError
 from swarm.policy.base import GenerateRequest
 from swarm.policy.textguard import guard_chat, split_guarded
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 __all__ = ["LocalTokenizer", "control_texts", "TextEncoder"]
 
 
-def control_texts(tok: Any) -> list[str]:
+def control_texts(tok: PreTrainedTokenizerBase) -> list[str]:
     """The texts a tokenizer turns into added (control) tokens."""
     decoder = getattr(tok, "added_tokens_decoder", None) or {}
     texts = {str(getattr(t, "content", t)) for t in decoder.values()}
@@ -34,7 +37,7 @@ class TextEncoder:
     the shared tokenizer's state is never touched). Others: ``split_special_tokens=True``.
     """
 
-    def __init__(self, tok: Any) -> None:
+    def __init__(self, tok: PreTrainedTokenizerBase) -> None:
         self._tok = tok
         self._raw = None
         raw = getattr(tok, "_tokenizer", None)
@@ -63,10 +66,10 @@ class LocalTokenizer:
     _guards: dict[int, tuple[list[str], TextEncoder]]
     _guards_lock = threading.Lock()
 
-    def _tokenizer_for(self, policy: str) -> Any:
+    def _tokenizer_for(self, policy: str) -> PreTrainedTokenizerBase:
         raise NotImplementedError
 
-    def _guard_for(self, tok: Any) -> tuple[list[str], TextEncoder]:
+    def _guard_for(self, tok: PreTrainedTokenizerBase) -> tuple[list[str], TextEncoder]:
         """(control-token texts, plain-text encoder) of a tokenizer, built once."""
         with self._guards_lock:
             if "_guards" not in self.__dict__:

@@ -32,11 +32,17 @@ import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from swarm.errors import ValidationError
+
+if TYPE_CHECKING:  # xgrammar is imported where used: the gateway serves unconstrained calls without it
+    import xgrammar
+    from transformers import PreTrainedTokenizerBase
+
+    from swarm.policy.toolcalls import ToolParser
 
 __all__ = ["Constraint", "Grammars", "TokenMask", "request_constraint", "LIBRARY", "SEPARATORS",
            "TOOL_CALL_SEPARATORS", "TOOL_CALL_PREFIX", "TOOL_CALL_SUFFIX", "ARGUMENTS_KEY"]
@@ -200,8 +206,9 @@ def _from_tool_choice(tc: Any, tools: list[dict[str, Any]] | None, parser: Any) 
                       arguments_key=getattr(parser, "arguments_key", ARGUMENTS_KEY))
 
 
-def request_constraint(response_format: Any = None, tool_choice: Any = None,
-                       tools: list[dict[str, Any]] | None = None, parser: Any = None) -> Constraint | None:
+def request_constraint(response_format: object = None, tool_choice: object = None,
+                       tools: list[dict[str, Any]] | None = None, parser: ToolParser | None = None
+                       ) -> Constraint | None:
     """The constraint an OpenAI chat request asks for (None: free text).
 
     ``tool_choice`` ``required`` / named -> one tool call; ``auto`` / ``none`` -> no constraint.
@@ -227,7 +234,7 @@ def _unpack(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
 class TokenMask:
     """One reply's grammar state: which tokens may come next; advance with :meth:`accept`."""
 
-    def __init__(self, matcher: Any, vocab: int) -> None:
+    def __init__(self, matcher: xgrammar.GrammarMatcher, vocab: int) -> None:
         import xgrammar as xgr
 
         self._m = matcher
@@ -260,15 +267,15 @@ class Grammars:
     allowed). ``stop_token_ids``: the tokens that end a reply, allowed once the grammar is complete.
     """
 
-    def __init__(self, tokenizer: Any, vocab_size: int, stop_token_ids: list[int] | set[int],
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, vocab_size: int, stop_token_ids: list[int] | set[int],
                  cache_size: int = 256) -> None:
         import xgrammar as xgr
 
         self.vocab_size = int(vocab_size)
         self.stop_token_ids = sorted(int(t) for t in stop_token_ids)
         self._tokenizer = tokenizer
-        self._compiler_by_markers: dict[tuple[str, ...], Any] = {}
-        self._cache: OrderedDict[str, Any] = OrderedDict()
+        self._compiler_by_markers: dict[tuple[str, ...], xgrammar.GrammarCompiler] = {}
+        self._cache: OrderedDict[str, xgrammar.CompiledGrammar] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self._xgr = xgr
@@ -316,7 +323,7 @@ class Grammars:
             calls.append(xgr.Grammar.concat(const(c.call_prefix), body, const(c.call_suffix)))
         return calls[0] if len(calls) == 1 else xgr.Grammar.union(*calls)
 
-    def compile(self, c: Constraint) -> Any:
+    def compile(self, c: Constraint) -> xgrammar.CompiledGrammar:
         """The compiled grammar (cached); a schema xgrammar refuses is a ValidationError naming ``c.param``."""
         key = json.dumps(c.to_record(), sort_keys=True)
         with self._lock:

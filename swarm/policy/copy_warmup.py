@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["LABELS", "copy_chats", "label_copy_warmup", "reading_warmup", "copy_accuracy"]
 
@@ -69,7 +72,7 @@ def copy_chats(n: int, seed: int = 0) -> list[tuple[str, str, str]]:
     return out
 
 
-def label_copy_warmup(model: Any, tokenizer: Any, steps: int = 1200, batch_size: int = 32, lr: float = 3e-3,
+def label_copy_warmup(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, steps: int = 1200, batch_size: int = 32, lr: float = 3e-3,
                       seed: int = 0) -> list[float]:
     """Train ``model`` in place on label-copy chats (loss on the reply and its end token only); the loss curve.
 
@@ -92,7 +95,7 @@ def label_copy_warmup(model: Any, tokenizer: Any, steps: int = 1200, batch_size:
     return fit_replies(model, rows, batch_size, lr, tokenizer.pad_token_id, warmup_steps=50, desc="label-copy warm-up")
 
 
-def reading_warmup(model: Any, tokenizer: Any) -> None:
+def reading_warmup(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
     """The word-chain warm-up (reply format, ending the turn), then :func:`label_copy_warmup`."""
     from swarm.policy.warmup import word_chain_warmup
 
@@ -104,7 +107,7 @@ def reading_warmup(model: Any, tokenizer: Any) -> None:
 reading_warmup.cache_key = "swarm.policy.copy_warmup.reading_warmup:v3"  # type: ignore[attr-defined]
 
 
-def copy_accuracy(model: Any, tokenizer: Any, n: int = 300, seed: int = 999) -> tuple[float, float]:
+def copy_accuracy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, n: int = 300, seed: int = 999) -> tuple[float, float]:
     """(greedy accuracy, chance) on ``n`` held-out label-copy chats: how often the digit after ``{"target":``
     is the asked label's number, and how often a random number of the prompt would be."""
     import torch

@@ -32,7 +32,7 @@ from typing import Any
 
 from swarm.errors import ContextLengthError
 from swarm.lora import LoraSpec
-from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
+from swarm.policy.base import GenerateRequest, Generation, StateDict, TokenDelta, VersionTable
 from swarm.policy.settings import BACKENDS, BackendSection
 from swarm.policy.templates import get_family
 from swarm.policy.textguard import guard_chat, split_guarded
@@ -102,7 +102,7 @@ class EchoBackend(VersionTable):
         self._check_policy(policy)
         return self._max_context
 
-    def load_weights(self, policy: str, adapter_state: dict[str, Any], version: int) -> None:
+    def load_weights(self, policy: str, adapter_state: StateDict | None, version: int) -> None:
         self._check_policy(policy)
         self._versions[policy] = version
 

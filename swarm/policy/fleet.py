@@ -43,16 +43,19 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
 from swarm.errors import BackendError, ConflictError, ContextLengthError, SwarmError, ValidationError
 from swarm.lora import LoraSpec
-from swarm.policy.base import GenerateRequest, Generation, PolicyBackend, TokenDelta
+from swarm.policy.base import GenerateRequest, Generation, PolicyBackend, StateDict, TokenDelta
 from swarm.policy.settings import BACKENDS, BackendSection, WeightsSection
 from swarm.pool import Reader
 from swarm.settings import Kinds, derive
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["FleetBackend", "Replica", "VersionFollower", "load_adapter_dir", "load_adapter_spec"]
 
@@ -162,7 +165,7 @@ class FleetBackend:
             return [r.status() for r in self._replicas]
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> PreTrainedTokenizerBase | None:
         return getattr(self._replicas[0].backend, "tokenizer", None)
 
     # -- PolicyBackend: text <-> ids (the first replica's; all share one tokenizer) -----------
@@ -244,7 +247,7 @@ class FleetBackend:
             rep = await self._acquire(request.policy, samples, failed)
             try:
                 gens = await rep.backend.generate(request)
-            except Exception as exc:
+            except Exception as exc:  # any replica failure: the caller's fault is re-raised, else the next replica
                 if _is_request_fault(exc):
                     self._release(rep, samples)
                     raise
@@ -269,7 +272,7 @@ class FleetBackend:
                 async for item in rep.backend.stream(request):
                     started = True
                     yield item
-            except Exception as exc:
+            except Exception as exc:  # as in generate: the caller's fault re-raised, else the next replica
                 if _is_request_fault(exc):
                     self._release(rep, samples)
                     raise
@@ -285,7 +288,7 @@ class FleetBackend:
             return
 
     # -- publishing --------------------------------------------------------------------------
-    def load_weights(self, policy: str, adapter_state: dict[str, Any] | None, version: int) -> None:
+    def load_weights(self, policy: str, adapter_state: StateDict | None, version: int) -> None:
         """Announce ``version``, then push it to every replica in parallel (see the module docstring).
 
         Returns when every replica has answered. Raises :class:`BackendError` only if no replica
@@ -304,7 +307,7 @@ class FleetBackend:
             def push(rep: Replica) -> BaseException | None:
                 try:
                     rep.backend.load_weights(policy, adapter_state, version)
-                except Exception as exc:
+                except Exception as exc:  # a result per replica: one failing must not stop the others' publish
                     return exc
                 with self._lock:
                     rep.versions[policy] = int(version)
@@ -347,7 +350,7 @@ class FleetBackend:
 # -- following a trainer on another machine ------------------------------------------------------
 
 
-def load_adapter_dir(path: str | Path) -> dict[str, Any]:
+def load_adapter_dir(path: str | Path) -> StateDict:
     """The peft adapter state saved by ``swarm.train.publish.save_adapter`` (``adapter_model.safetensors``)."""
     from safetensors.torch import load_file
 
@@ -381,7 +384,7 @@ class VersionFollower:
     """
 
     def __init__(self, pool: Reader, backend: PolicyBackend, interval_s: float = 2.0,
-                 load: Callable[[str], dict[str, Any]] = load_adapter_dir) -> None:
+                 load: Callable[[str], StateDict] = load_adapter_dir) -> None:
         self.pool, self.backend, self.interval_s, self._load = pool, backend, float(interval_s), load
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

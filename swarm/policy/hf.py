@@ -56,13 +56,13 @@ from swarm.policy._decode_static import decode_static
 from swarm.policy._merged import MergedCopy
 from swarm.policy._mixed import StepWeights
 from swarm.policy._slots import SlotCache, static_supported
-from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
+from swarm.policy.base import GenerateRequest, Generation, StateDict, TokenDelta, VersionTable
 from swarm.policy.chat import LocalTokenizer
 from swarm.policy.constraint import Constraint, Grammars
 from swarm.policy.lora import attach_adapters, get_adapter_state, load_adapter_state, load_base_state
 from swarm.policy.settings import BACKENDS, WeightsSection
 from swarm.policy.templates import parser_for
-from swarm.policy.tiny import load_template
+from swarm.policy.tiny import TinySpec, load_template
 from swarm.settings import derive
 
 __all__ = ["HFBackend"]
@@ -302,7 +302,7 @@ class HFBackend(LocalTokenizer, VersionTable):
         return job
 
     # ----------------------------------------------------------------------------- weights
-    def load_weights(self, policy: str, adapter_state: dict[str, Any] | None, version: int) -> None:
+    def load_weights(self, policy: str, adapter_state: StateDict | None, version: int) -> None:
         """Swap ``policy``'s weights and set its version; blocks until no batch is decoding.
 
         ``adapter_state``: for an adapter policy, a peft adapter state dict (as returned by
@@ -342,7 +342,7 @@ class HFBackend(LocalTokenizer, VersionTable):
         with self._lock:
             return get_adapter_state(self.model, self._adapter[policy])
 
-    def _apply_state(self, policy: str, state: dict[str, Any]) -> None:
+    def _apply_state(self, policy: str, state: StateDict) -> None:
         try:
             if self._lora_cfg[policy] is not None:
                 load_adapter_state(self.model, self._adapter[policy], state)
@@ -572,12 +572,10 @@ class HFSettings(derive(HFBackend, skip=("model_path", "policies", "lora"), base
 
         return str(ensure_tiny_model(seed=self.seed, spec=self.spec(), warmup=get_warmup(self.warmup)))
 
-    def spec(self) -> Any:
+    def spec(self) -> TinySpec | None:
         """The tiny model's architecture: :class:`~swarm.policy.tiny.TinySpec` with ``tiny_spec`` overrides
         (e.g. ``{hidden_size: 256, intermediate_size: 1024}``: a 2x wider model, same tokenizer); None = default."""
         from dataclasses import fields
-
-        from swarm.policy.tiny import TinySpec
 
         if not self.tiny_spec:
             return None

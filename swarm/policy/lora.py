@@ -9,17 +9,16 @@ backend does that.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from swarm.errors import ValidationError
 from swarm.lora import LoraSpec
+from swarm.policy.base import StateDict
 
 __all__ = ["attach_adapters", "get_adapter_state", "load_adapter_state", "load_base_state"]
 
 
-def attach_adapters(base: Any, specs: dict[str, LoraSpec]) -> Any:
+def attach_adapters(base: torch.nn.Module, specs: dict[str, LoraSpec]) -> torch.nn.Module:
     """Wrap ``base`` in a peft model with one adapter per ``adapter name -> LoraSpec``; ``base`` if none.
 
     lora_A is initialised from seed 0 without touching the caller's RNG (lora_B starts at zero)."""
@@ -38,14 +37,14 @@ def attach_adapters(base: Any, specs: dict[str, LoraSpec]) -> Any:
     return model
 
 
-def get_adapter_state(model: Any, name: str) -> dict[str, torch.Tensor]:
+def get_adapter_state(model: torch.nn.Module, name: str) -> StateDict:
     """A detached copy of adapter ``name``'s weights, keys without the adapter name."""
     from peft import get_peft_model_state_dict
 
     return {k: v.detach().clone() for k, v in get_peft_model_state_dict(model, adapter_name=name).items()}
 
 
-def load_adapter_state(model: Any, name: str, state: dict[str, Any]) -> None:
+def load_adapter_state(model: torch.nn.Module, name: str, state: StateDict) -> None:
     """Copy ``state`` (peft keys) into adapter ``name``; unknown LoRA keys are an error."""
     from peft import set_peft_model_state_dict
 
@@ -55,7 +54,7 @@ def load_adapter_state(model: Any, name: str, state: dict[str, Any]) -> None:
         raise ValidationError(f"adapter_state: unexpected keys {bad[:3]}")
 
 
-def load_base_state(base_model: Any, state: dict[str, Any]) -> None:
+def load_base_state(base_model: torch.nn.Module, state: StateDict) -> None:
     """Copy a (partial) plain model state dict into the base weights, under any LoRA wrappers."""
     own = base_model.state_dict()
     mapped = {}

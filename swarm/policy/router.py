@@ -25,11 +25,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import aclosing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swarm.errors import BackendError, NotFoundError, ValidationError
-from swarm.policy.base import GenerateRequest, Generation, PolicyBackend, TokenDelta
+from swarm.policy.base import GenerateRequest, Generation, PolicyBackend, StateDict, TokenDelta
 from swarm.policy.base import vocab_size as _vocab_size
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from swarm.policy.constraint import Constraint
+    from swarm.policy.toolcalls import ToolParser
 
 __all__ = ["PolicyRouter"]
 
@@ -108,7 +114,7 @@ class PolicyRouter:
         own = getattr(self.backend_for(policy), "tool_call_markers", None)
         return tuple(own(policy)) if callable(own) else ()
 
-    def tool_parser(self, policy: str) -> Any:
+    def tool_parser(self, policy: str) -> ToolParser | None:
         get = getattr(self.backend_for(policy), "tool_parser", None)
         return get(policy) if callable(get) else get
 
@@ -121,7 +127,7 @@ class PolicyRouter:
         return True if exact is None else bool(exact(policy))
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> PreTrainedTokenizerBase | None:
         """The primary (first) backend's tokenizer; BackendError when trainable policies tokenize differently."""
         trained = {id(self._routes[p]): self._routes[p] for p in self.trainable()}
         if len(trained) > 1:
@@ -161,7 +167,7 @@ class PolicyRouter:
                                   "alternatives per token", param="top_logprobs", policy=request.policy)
         return backend
 
-    def compile_constraint(self, policy: str, constraint: Any) -> None:
+    def compile_constraint(self, policy: str, constraint: Constraint) -> None:
         """Compile on the policy's backend (refused there if it cannot enforce constraints)."""
         self._check_request(GenerateRequest(policy=policy, constraint=constraint))
         compile_ = getattr(self.backend_for(policy), "compile_constraint", None)
@@ -178,7 +184,7 @@ class PolicyRouter:
                 yield item
 
     # -- publishing ---------------------------------------------------------------------------
-    def load_weights(self, policy: str, adapter_state: dict[str, Any] | None, version: int) -> None:
+    def load_weights(self, policy: str, adapter_state: StateDict | None, version: int) -> None:
         """Publish to the policy's backend; a frozen policy refuses (ValidationError, a ValueError)."""
         backend = self.backend_for(policy)
         if policy in self._frozen:

@@ -33,7 +33,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["TinySpec", "ensure_tiny_model", "ensure_family_model", "default_cache_dir", "TEMPLATES_DIR", "load_template",
            "SPECIAL_TOKENS", "exact_normal_", "tiny_key", "warmup_key_of"]
@@ -47,7 +51,7 @@ _CORPUS_VERSION = 1  # bump when the corpus or tokenizer recipe changes (part of
 _INIT = "exact-v1"  # how the initial weights are drawn (exact_normal_); part of the cache key
 STALE_BUILD_S = 6 * 3600  # a build takes minutes; a .build-* folder this old was left by a killed process
 
-Warmup = Callable[[Any, Any], None]  # (model, tokenizer) -> None, trains the model in place
+Warmup = Callable[["PreTrainedModel", "PreTrainedTokenizerBase"], object]  # trains the model in place
 
 
 @dataclass(frozen=True)
@@ -156,12 +160,12 @@ def warmup_key_of(warmup: Warmup) -> str:
     return getattr(warmup, "cache_key", None) or f"{warmup.__module__}.{warmup.__qualname__}"
 
 
-def tiny_key(spec: TinySpec, seed: int, warmup_key: str | None) -> dict[str, Any]:
+def tiny_key(spec: TinySpec, seed: int, warmup_key: str | None) -> dict[str, object]:
     """What a tiny checkpoint is a function of: its cache key (hashed into the folder name)."""
     return {"spec": asdict(spec), "seed": seed, "corpus": _CORPUS_VERSION, "init": _INIT, "warmup": warmup_key}
 
 
-def exact_normal_(t: Any, key: str, std: float) -> None:
+def exact_normal_(t: torch.Tensor, key: str, std: float) -> None:
     """Fill ``t`` in place with bell-shaped noise of standard deviation ``std``, the same bits on every machine.
 
     Each value is the centred sum of four uniform 20-bit integers from Python's Mersenne Twister seeded

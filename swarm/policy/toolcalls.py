@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +72,7 @@ class ToolParser:
     arguments_key: str
     markers: tuple[str, ...]
 
-    def format_call(self, name: str, arguments: Any) -> str:
+    def format_call(self, name: str, arguments: Mapping[str, object] | str) -> str:
         """The text of one call in this syntax (``arguments``: a dict, or JSON text kept verbatim if valid)."""
         if isinstance(arguments, str):
             parsed = _loads(arguments)

@@ -62,7 +62,7 @@ from swarm.errors import BackendError, ContextLengthError, NotFoundError, SwarmE
 from swarm.lora import LoraSpec
 from swarm.policy._http import post_json, sse_events, token_id
 from swarm.policy._upstream_reply import aligned, chat_token_data, norm_tool_calls
-from swarm.policy.base import CLIENT_BODY, GenerateRequest, Generation, TokenDelta
+from swarm.policy.base import CLIENT_BODY, GenerateRequest, Generation, StateDict, TokenDelta
 from swarm.policy.chat import LocalTokenizer
 from swarm.policy.settings import BACKENDS, BackendSection
 from swarm.settings import derive
@@ -245,7 +245,7 @@ token the server reports (OpenAI: 20).
         self._model(policy)
         return self._max_context
 
-    def load_weights(self, policy: str, adapter_state: dict[str, Any], version: int) -> None:
+    def load_weights(self, policy: str, adapter_state: StateDict | None, version: int) -> None:
         raise BackendError("the upstream backend serves frozen weights; load_weights is not supported", policy=policy)
 
     def _logprob_fields(self, request: GenerateRequest) -> dict[str, Any]:

@@ -16,7 +16,12 @@ It does not know any task package; NOUNS simply contains the echo task's words.
 from __future__ import annotations
 
 import random
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["NOUNS", "VERBS", "WARMUPS", "get_warmup", "warmup_chats", "word_chain_warmup", "chat_rows", "fit_replies",
            "reply_loss"]
@@ -34,8 +39,9 @@ VERBS = ("say", "repeat", "echo", "tell", "give", "name")
 WARMUPS = {"word_chain": "swarm.policy.warmup:word_chain_warmup", "reading": "swarm.policy.copy_warmup:reading_warmup"}
 
 
-def get_warmup(name: str) -> Any:
-    """The warm-up function called ``name`` in :data:`WARMUPS` (KeyError naming the known ones)."""
+def get_warmup(name: str) -> Callable[[PreTrainedModel, PreTrainedTokenizerBase], object]:
+    """The warm-up function called ``name`` in :data:`WARMUPS` (KeyError naming the known ones): a
+    :data:`swarm.policy.tiny.Warmup`."""
     import importlib
 
     if name not in WARMUPS:
@@ -63,7 +69,7 @@ def warmup_chats(n: int, seed: int = 0, repeat_p: float = 0.15) -> list[tuple[st
     return out
 
 
-def word_chain_warmup(model: Any, tokenizer: Any, steps: int = 300, batch_size: int = 32, lr: float = 3e-3,
+def word_chain_warmup(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, steps: int = 300, batch_size: int = 32, lr: float = 3e-3,
                       seed: int = 0, repeat_p: float = 0.15) -> list[float]:
     """Train ``model`` in place on word-chain chats (loss on the reply and its end token only).
 
@@ -77,7 +83,7 @@ def word_chain_warmup(model: Any, tokenizer: Any, steps: int = 300, batch_size: 
     return fit_replies(model, rows, batch_size, lr, tokenizer.pad_token_id, desc="word-chain warm-up")
 
 
-def chat_rows(tokenizer: Any, chats: list[tuple[list[dict[str, str]], str]]) -> list[tuple[list[int], list[int]]]:
+def chat_rows(tokenizer: PreTrainedTokenizerBase, chats: list[tuple[list[dict[str, str]], str]]) -> list[tuple[list[int], list[int]]]:
     """``(prompt ids, reply ids + <|im_end|>)`` per ``(messages, reply)``: the chat template's generation prompt, then the reply."""
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     rows = []
@@ -88,7 +94,7 @@ def chat_rows(tokenizer: Any, chats: list[tuple[list[dict[str, str]], str]]) -> 
     return rows
 
 
-def fit_replies(model: Any, rows: list[tuple[list[int], list[int]]], batch_size: int, lr: float, pad: int,
+def fit_replies(model: PreTrainedModel, rows: list[tuple[list[int], list[int]]], batch_size: int, lr: float, pad: int,
                 warmup_steps: int = 0, desc: str = "warm-up") -> list[float]:
     """Train ``model`` in place on ``(prompt ids, reply ids)`` rows, in order, ``batch_size`` per AdamW step.
 
@@ -120,7 +126,7 @@ def fit_replies(model: Any, rows: list[tuple[list[int], list[int]]], batch_size:
     return losses
 
 
-def reply_loss(model: Any, rows: list[tuple[list[int], list[int]]], pad: int, batch_size: int = 64) -> float:
+def reply_loss(model: PreTrainedModel, rows: list[tuple[list[int], list[int]]], pad: int, batch_size: int = 64) -> float:
     """Mean cross-entropy per reply token of ``(prompt ids, reply ids)`` rows: a warm-up's held-out quality."""
     import torch
 
@@ -136,7 +142,7 @@ def reply_loss(model: Any, rows: list[tuple[list[int], list[int]]], pad: int, ba
     return total / count
 
 
-def _pad_batch(batch: list[tuple[list[int], list[int]]], pad: int) -> tuple[Any, Any, Any]:
+def _pad_batch(batch: list[tuple[list[int], list[int]]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(ids, labels, attention mask) of right-padded rows (positions stay 0..n-1); labels only on the replies."""
     import torch
 
