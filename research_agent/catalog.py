@@ -9,7 +9,8 @@ names appears; a generator when every word of its name appears (plurals folded) 
 generator on their own (:data:`AMBIGUOUS`) only match through a phrase. A library that is not
 installed contributes nothing, and a request nothing fits goes on to the LLM.
 :func:`write_catalog_config` writes ``conf/task/<name>.yaml``, the library task with those options.
-It does not run or validate anything (the CLI checks the options through the task's own ``check_options``).
+It does not run or validate anything (the CLI checks the options with :func:`swarm.client.task.check_options`:
+validated into the task's ``Options``, then its ``check()``).
 """
 
 from __future__ import annotations

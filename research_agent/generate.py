@@ -51,10 +51,12 @@ CONTRACT = """A swarmpool task package is a Python package with these files:
 - test_reward.py: plain `def test_...()` functions with asserts (no fixtures), importing with RELATIVE
   imports (`from .reward import compute_reward`, `from . import make_instance`); cover the worked examples.
 - optionally one small data file (.json/.jsonl/.csv/.txt) read with `Path(__file__).parent / name`.
-- if the task has knobs (sizes, a difficulty): `class Options(pydantic.BaseModel)` in __init__.py, one typed
-  field with a default per knob (the run validates `task.options` into it and names a mistyped key), and
-  `configure(**options)` setting a module-level `OPTIONS = task_options(__name__, options)`
-  (`from swarm.client.task import task_options`), read by `make_instance`; no knobs: no Options.
+- __init__.py declares the task's options, always: `from swarm.client import TaskOptions` and
+  `class Options(TaskOptions):` with one typed field and default per knob (sizes, a difficulty; bounds with
+  `pydantic.Field(default=9, ge=1)`), or `class Options(TaskOptions): pass` when the task has no knobs. The run
+  validates `task.options` into it (frozen; an unknown or mistyped key is refused, named with its path) and
+  the task's code reads the values with `Options.current()` (e.g. `opts = Options.current()` in
+  `make_instance`). No `configure` function and no module-level options state.
 - multi-agent games (several roles that each talk to a policy, like the built-in werewolves) define
   `run_multiagent(instance: dict, client, group_id: str, cfg, kind: str = "train") -> dict` INSTEAD of
   `run_episode`: one game; for each LLM seat open an episode with
@@ -64,7 +66,8 @@ CONTRACT = """A swarmpool task package is a Python package with these files:
   trainable side's reward parts. The task name is the package's last name component.
 
 Use relative imports inside the package (`from .reward import compute_reward`). Standard library,
-`openai` and (for Options only) `pydantic`. Every module starts with a docstring.
+`openai`, `pydantic` (for Options' fields only) and, from swarmpool, only `swarm.client.TaskOptions`. Every
+module starts with a docstring.
 
 Answer with every file in this exact format, nothing else between files:
 <<<FILE __init__.py>>>

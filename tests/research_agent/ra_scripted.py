@@ -30,15 +30,25 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from pydantic import Field
+
+from swarm.client import TaskOptions
+
 from .reward import compute_reward
 
-__all__ = ["make_instance", "run_episode", "compute_reward"]
+__all__ = ["Options", "make_instance", "run_episode", "compute_reward"]
+
+
+class Options(TaskOptions):
+    """``task.options``: the numbers are drawn from 1..``high``."""
+
+    high: int = Field(default=9, ge=4, le=9)
 
 
 def make_instance(seed: int) -> dict[str, Any]:
-    """Four integers in 1..9, deterministic in the seed."""
+    """Four integers in 1..high, deterministic in the seed."""
     rng = random.Random(seed)
-    return {"numbers": [rng.randint(1, 9) for _ in range(4)]}
+    return {"numbers": [rng.randint(1, Options.current().high) for _ in range(4)]}
 
 
 def run_episode(instance: dict[str, Any], llm) -> dict[str, float]:
@@ -161,9 +171,15 @@ from typing import Any
 
 import openai
 
+from swarm.client import TaskOptions
+
 from .reward import compute_reward
 
-__all__ = ["make_instance", "run_multiagent", "compute_reward"]
+__all__ = ["Options", "make_instance", "run_multiagent", "compute_reward"]
+
+
+class Options(TaskOptions):
+    """No knobs: any ``task.options`` key is refused."""
 
 
 def make_instance(seed: int) -> dict[str, Any]:
