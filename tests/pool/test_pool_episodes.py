@@ -127,8 +127,9 @@ def test_an_ending_with_a_source_goes_by_authority(pool: Pool) -> None:
     assert ended.episode.reward == 0.0 and not ended.rewards.applied and "set by the judge" in ended.rewards.reason
     assert pool.get_step(s1, with_tokens=False).reward == 0.25
     assert pool.get_step(s2, with_tokens=False).reward == 0.0  # the judge's episode reward, not the agent's 0.5
-    assert [(h["source"], h["value"], h["applied"]) for h in pool.reward_history(ep.episode_id)][-3:] == [
-        ("agent", 1.0, False), ("agent", 1.0, False), ("agent", 0.5, False)]
+    history = [(h["step_id"], h["source"], h["value"], h["applied"]) for h in pool.reward_history(ep.episode_id)]
+    assert sorted(history[-3:], key=str) == sorted([(None, "agent", 1.0, False), (s1, "agent", 1.0, False),
+                                                    (s2, "agent", 0.5, False)], key=str)  # one ending: one time
 
     steps = episode(pool)
     j, own = pool.add_steps([step(steps, 0, seed=3), step(steps, 1, seed=4)])
