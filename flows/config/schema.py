@@ -53,13 +53,13 @@ class PoolSection(_Section):
 
     @model_validator(mode="after")
     def _engine(self) -> PoolSection:
-        if self.engine is None and (scheme := self.url.split(":", 1)[0].split("+", 1)[0]) not in ("sqlite",
-                                                                                                "postgresql"):
-            raise ValueError(f"pool.url={self.url}: unsupported database {scheme!r}; use sqlite:///path/pool.db or "
-                             "postgresql+psycopg://user@host:5432/db")
+        from swarm.errors import ValidationError as RecordError
         from swarm.pool.engines import engine_section
 
-        engine_section(**self.open_args())  # ConfigError: pool.<key> with the close one
+        try:
+            engine_section(**self.open_args())  # ConfigError: pool.<key> with the close one
+        except RecordError as exc:  # an unknown URL scheme (no engine module declares it)
+            raise ValueError(f"pool.url={self.url}: {exc.message.removeprefix('url: ')}") from None
         return self
 
     def open_args(self, url: str | None = None) -> dict[str, Any]:
@@ -351,7 +351,8 @@ def validate(resolved: Tree, overrides: list[str] | None = None, schema: type[Ba
     reward = data["task"].get("reward") if isinstance(data.get("task"), dict) else None
     if isinstance(reward, dict) and isinstance(reward.get("kind"), str):
         REWARDS.load([reward["kind"]], key="task.reward.kind")
-    if "model" in data:
+    named = _kinds({k: data[k] for k in ("model", "frozen_policies") if k in data}, "backend", "")[::-1]
+    if "model" in data and not all(kind in BACKENDS.kinds() for _, kind in named):
         BACKENDS.load(["echo"])
         null = {"backend": "echo"}
         frozen = data.get("frozen_policies")
@@ -359,9 +360,15 @@ def validate(resolved: Tree, overrides: list[str] | None = None, schema: type[Ba
                                                            if isinstance(frozen, dict) else {}))
         if checks is not None:
             checks(light)
-    for key, kind in _kinds({k: data[k] for k in ("model", "frozen_policies") if k in data}, "backend", "")[::-1]:
+        for key, kind in named:
+            BACKENDS.load([kind], key=key.lstrip("."))
+        return _check(schema, data)
+    for key, kind in named:  # declared already: one pass reports every problem
         BACKENDS.load([kind], key=key.lstrip("."))
-    return _check(schema, data)
+    run = _check(schema, data)
+    if checks is not None:
+        checks(run)
+    return run
 
 
 def _check(schema: type[BaseModel], data: Tree) -> Any:

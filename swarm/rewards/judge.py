@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -25,7 +25,7 @@ class JudgeReward(RewardSection):
     policy: str = "judge"
     rubric: str | None = None
     scale: list[int] | None = None  # [min, max]
-    view: str | None = None  # final | transcript
+    view: Literal["final", "transcript"] | None = None
     chunk_size: int | None = None
     max_tokens: int | None = None
     max_chars: int | None = None

@@ -19,7 +19,7 @@ def test_frozen_policy_config_is_checked(flow_config) -> None:
     assert validate(cfg).frozen_policies["wolfbot"].tiny_spec == {"hidden_size": 256, "intermediate_size": 1024}
     with pytest.raises(ConfigError, match=r"^frozen_policies.default: 'default' is also in policies"):
         validate(flow_config("+frozen_policies.default.backend=echo"))
-    with pytest.raises(ConfigError, match=r"^frozen_policies.judge.backend: missing; use one of echo, fleet, hf, upstream, vllm$"):
+    with pytest.raises(ConfigError, match=r"^frozen_policies.judge.backend: missing; use one of echo, fleet, hf, (.*, )?upstream, vllm$"):
         validate(flow_config("+frozen_policies.judge.seed=1"))
     assert HFSettings(backend="hf").spec() is None  # the default tiny model, byte for byte (same cache key)
     with pytest.raises(ConfigError, match=r"model.tiny_spec.hidden_sise is unknown"):

@@ -13,11 +13,12 @@ def test_reward_judge_config_is_wired_and_checked(flow_config) -> None:
     cfg = validate(flow_config("+task=math", "+reward=judge"))
     assert cfg.task.reward is not None and cfg.task.reward.kind == "judge" and cfg.task.reward.policy == "judge"
     assert cfg.frozen_policies["judge"].backend == "hf"  # a frozen tiny judge: offline in a fresh clone
-    assert cfg.gateway.reward_authority == {"math": "judge"}  # the agent's own reward waits in the history
-    assert cfg.task.reward.pool_url == cfg.pool.url
+    authority = cfg.task.reward.authority(cfg.task.name)  # the reward kind's: what the flow's gateway gets
+    assert cfg.gateway.settings(authority).reward_authority == {"math": "judge"}  # the agent's own reward waits
+    assert cfg.task.reward.pool_url is None  # None: the run's pool (the flow passes pool.url to its service)
     assert validate(flow_config("+task=math")).task.reward is None  # no block: the task's own reward
     kept = validate(flow_config("+task=math", "+reward=judge", "gateway.reward_authority={math: admin}"))
-    assert kept.gateway.reward_authority == {"math": "admin"}  # an explicit setting stands
+    assert kept.gateway.settings(authority).reward_authority == {"math": "admin"}  # an explicit setting stands
     with pytest.raises(ConfigError, match=r"^task.reward.policy='nobody': no such policy; serve a judge with "):
         validate(flow_config("+task=math", "+reward=judge", "task.reward.policy=nobody"))
     with pytest.raises(ConfigError, match=r"^task.reward.scale: \[3, 3\]"):

@@ -11,7 +11,6 @@ import pytest
 
 from flows.session import StartError
 from flows.train import train_flow
-from swarm.dashboard.queries import recent_leases
 from swarm.pool import Pool, StepFilter
 
 
@@ -48,7 +47,7 @@ def test_the_run_consumes_exactly_its_curation_and_publishes_its_plan(flow_confi
         assert outside > 0  # the run made steps outside the curation, and consumed none of them
         (plan,) = pool.lease_plans()
         assert plan["policy"] == "default" and plan["curation"] == "gold@1" and plan["version"] == 1
-        last = recent_leases(pool, 1)[0]  # the second update's lease, leased with the plan's filter
+        last = pool.overview.recent_leases(1)[0]  # the second update's lease, leased with the plan's filter
         leased = StepFilter.model_validate(last["filter"]).model_copy(update={"group_ids": None})
         assert leased == StepFilter.model_validate(plan["filter"])
         assert leased.label == "gold" and leased.consumed is False and leased.current_version == 1

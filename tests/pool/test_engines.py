@@ -53,7 +53,7 @@ def test_bad_settings_name_the_key(tmp_path: Path, kwargs: dict, message: str) -
 
 
 def test_an_unknown_scheme_is_refused_as_before() -> None:
-    with pytest.raises(ValidationError, match="unsupported backend 'mysql'"):
+    with pytest.raises(ValidationError, match="unsupported database 'mysql'"):
         open_pool("mysql://x/y")
     with pytest.raises(ValidationError, match="not a database URL"):
         Pool("::")

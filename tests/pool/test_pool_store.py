@@ -229,7 +229,7 @@ def test_concurrent_writers_in_threads(pool: Pool):
 
 
 def test_bad_urls():
-    with pytest.raises(ValidationError, match="unsupported backend"):
+    with pytest.raises(ValidationError, match="unsupported database"):
         Pool("mysql://x/y")
     with pytest.raises(ValidationError, match="SQLite file"):
         Pool("sqlite://")

@@ -140,8 +140,9 @@ def engine_section(url: str, engine: str | None = None, **settings: Any) -> Engi
     except ConfigError as e:
         if engine is not None:
             raise
-        raise ValidationError(f"url: unsupported backend {kind!r}; use sqlite:/// or postgresql+psycopg:// "
-                              f"(or name a module declaring a pool engine with engine=...)") from e
+        raise ValidationError(f"url: unsupported database {kind!r}; use sqlite:///path/pool.db or "
+                              "postgresql+psycopg://user@host:5432/db (or a module declaring a pool engine: "
+                              "pool.engine=...)") from e
     data = {ENGINES.key: kind, "url": url, **settings}
     try:
         return cls.model_validate(data)  # type: ignore[return-value]
