@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from swarm.pool import Reader
+    from swarm.pool import Lookup
 
 __all__ = ["TrainProgress", "say", "where", "summary_values", "summary"]
 
@@ -49,7 +49,7 @@ def _weights_digest(folder: Path) -> str:
 class TrainProgress:
     """``update n/N`` with the latest reward, plus what the batching strategy is waiting for."""
 
-    def __init__(self, updates: int, pool: Reader) -> None:
+    def __init__(self, updates: int, pool: Lookup) -> None:
         self.pool = pool
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,

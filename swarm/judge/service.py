@@ -30,6 +30,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import httpx
 
@@ -45,10 +46,10 @@ from swarm.judge.prompt import (
     response_format,
 )
 from swarm.judge.spec import JudgeSpec
-from swarm.pool import Recorder, StepFilter
+from swarm.pool import Annotator, Lookup, StepFilter
 from swarm.records import Episode, EpisodeStatus, Event, RewardStatus, Source
 
-__all__ = ["GroupJudge", "GroupOutcome", "JudgeFailed", "JUDGE_TASK", "combine"]
+__all__ = ["GroupJudge", "GroupOutcome", "JudgeFailed", "JudgedPool", "JUDGE_TASK", "combine"]
 
 log = logging.getLogger(__name__)
 JUDGE_TASK = "judge"
@@ -88,10 +89,15 @@ def combine(spec: JudgeSpec, score: int, task_reward: float | None) -> float:
     return spec.weight_judge * norm + spec.weight_task * float(task_reward or 0.0)
 
 
+
+class JudgedPool(Lookup, Annotator, Protocol):
+    """What the judge uses of the pool: episodes and steps read back, rewards, events and labels written."""
+
+
 class GroupJudge:
     """Judges ``task``'s complete groups on ``pool`` through the gateway at ``server`` (see the module docstring)."""
 
-    def __init__(self, pool: Recorder, server: str, spec: JudgeSpec, task: str, group_size: int,
+    def __init__(self, pool: JudgedPool, server: str, spec: JudgeSpec, task: str, group_size: int,
                  token: str | None = None, lookback_s: float = 3600.0,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.pool, self.spec, self.task, self.group_size = pool, spec, task, int(group_size)

@@ -51,7 +51,7 @@ from swarm.errors import BackendError, ConflictError, ContextLengthError, SwarmE
 from swarm.lora import LoraSpec
 from swarm.policy.base import GenerateRequest, Generation, PolicyBackend, StateDict, TokenDelta
 from swarm.policy.settings import BACKENDS, BackendSection, WeightsSection
-from swarm.pool import Reader
+from swarm.pool import Versions
 from swarm.settings import Kinds, derive
 
 if TYPE_CHECKING:
@@ -383,7 +383,7 @@ class VersionFollower:
     next poll. It never moves a backend back to an older version.
     """
 
-    def __init__(self, pool: Reader, backend: PolicyBackend, interval_s: float = 2.0,
+    def __init__(self, pool: Versions, backend: PolicyBackend, interval_s: float = 2.0,
                  load: Callable[[str], StateDict] = load_adapter_dir) -> None:
         self.pool, self.backend, self.interval_s, self._load = pool, backend, float(interval_s), load
         self._stop = threading.Event()

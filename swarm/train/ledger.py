@@ -18,21 +18,26 @@ The one writer of policy versions into the pool (:meth:`Ledger.publish`; the num
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from swarm.errors import LeaseError
-from swarm.pool import LeaseBook
+from swarm.pool import LeaseBook, Versions
 from swarm.train import journal
 from swarm.train.faults import crash_point
 from swarm.train.publish import adapter_state, save_adapter
 
-__all__ = ["Ledger"]
+__all__ = ["Ledger", "LedgerPool"]
+
+
+
+class LedgerPool(LeaseBook, Versions, Protocol):
+    """What a ledger uses of the pool: its leases (renew, settle) and the published versions."""
 
 
 class Ledger:
     """Pending leases and the checkpoint cadence of one :class:`~swarm.train.Trainer` over a pool."""
 
-    def __init__(self, trainer: Any, pool: LeaseBook, every: int = 10, ttl_s: float = 600.0) -> None:
+    def __init__(self, trainer: Any, pool: LedgerPool, every: int = 10, ttl_s: float = 600.0) -> None:
         if int(every) < 1:
             raise ValueError(f"train.checkpoint_every must be >= 1, got {every}")
         self.trainer, self.pool, self.every, self.ttl_s = trainer, pool, int(every), float(ttl_s)

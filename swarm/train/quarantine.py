@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from swarm.pool import LeaseBook
+from swarm.pool import Annotator
 from swarm.records import Step
 
 __all__ = ["LABEL", "limits_of", "problem", "usable", "quarantine"]
@@ -69,7 +69,7 @@ def usable(steps: Sequence[Step], vocab: int, max_len: int | None = None) -> tup
     return good, bad
 
 
-def quarantine(pool: LeaseBook, reasons: dict[str, str]) -> int:
+def quarantine(pool: Annotator, reasons: dict[str, str]) -> int:
     """Label each step ``quarantined`` (excluded) with its reason; returns how many."""
     for step_id, why in reasons.items():
         pool.label("step", step_id, LABEL, exclude=True, note=why)
