@@ -235,7 +235,7 @@ async def generate(state: GatewayState, plan: CallPlan) -> list[Generation]:
         gens = await state.backend.generate(plan.request)
     except SwarmError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # a backend's own failure of any kind is a 502 to the client, never a 500
         raise ApiError(502, f"the inference backend failed: {type(exc).__name__}: {exc}", type="backend_error",
                        code="backend_error") from exc
     plan.timings["generate_s"] = time.perf_counter() - t

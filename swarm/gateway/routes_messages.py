@@ -55,7 +55,7 @@ class AnthropicErrors(APIRoute):
                 return error_response(ApiError(exc.status_code, detail))
             except UnicodeError as exc:
                 return error_response(ApiError(400, f"text in the request is not valid unicode: {exc}"))
-            except Exception as exc:
+            except Exception as exc:  # the Messages API answers every failure in its own error shape
                 return error_response(as_api_error(exc))
 
         return answer

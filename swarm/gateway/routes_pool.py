@@ -154,7 +154,7 @@ async def create_lease(body: LeaseRequest, caller: Caller = Depends(admin_caller
         return readable_response({"lease_id": lease.lease_id, "expires_at": lease.expires_at,
                                   "group_ids": list(lease.group_ids or []),
                                   "steps": [step_json(s, True) for s in lease.steps]}, rows="steps")
-    except Exception:
+    except Exception:  # any failure to answer: the steps go back to the pool, then the error propagates
         await state.write(state.leases.release, lease.lease_id)
         raise
 

@@ -97,7 +97,7 @@ async def open_stream(state: GatewayState, plan: CallPlan) -> tuple[Any, AsyncIt
         raise ApiError(502, "the inference backend returned no completion", type="backend_error") from None
     except SwarmError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # a backend's own failure of any kind is a 502 to the client, never a 500
         raise ApiError(502, f"the inference backend failed: {type(exc).__name__}: {exc}",
                        type="backend_error", code="backend_error") from exc
     return first, it
