@@ -3,26 +3,35 @@ final summary table. Presentation only."""
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 if TYPE_CHECKING:
     from swarm.pool import Lookup
 
-__all__ = ["TrainProgress", "say", "where", "summary_values", "summary"]
+__all__ = ["TrainProgress", "say", "warn", "where", "summary_values", "summary"]
 
 console = Console()
+log = logging.getLogger("swarm.run")
 
 
 def say(text: str) -> None:
     """One line for the person at the terminal (rich markup allowed)."""
     console.print(text, highlight=False)
+
+
+def warn(text: str) -> None:
+    """A warning line for the person at the terminal (plain text: no markup read in it), also logged."""
+    console.print(f"[yellow]warning[/yellow]: {escape(text)}", highlight=False)
+    log.warning("%s", text)
 
 
 def where(*, gateway: str, run_dir: Path, mlflow_uri: str, experiment: str, run_name: str, run_id: str,
@@ -138,7 +147,7 @@ def summary(history: list[dict[str, float]], run_id: str, status: str,
         table.add_row(k, f"{v:.3f}" if isinstance(v, float) else str(v))
     if history:
         for k in ("merge/token_ratio", "train/loss", "pool/staleness", "throughput/steps_per_s", "episodes/win",
-                  "eval/win", "eval/reward"):
+                  "eval/win", "eval/reward", "mismatch/logprob_abs_mean"):
             if k in history[-1]:
                 table.add_row(f"last {k}", f"{history[-1][k]:.3f}")
     console.print(table)

@@ -8,6 +8,12 @@ tasks (:data:`STAGES`) wrapping the plain ``swarm`` functions.
 Between updates the loop reads the run's control (:mod:`swarm.control`, ``/v1/control``): it holds while
 paused (a pause also ends a wait for a batch), applies queued knob changes (:mod:`flows.control`), and ends
 after a client's stop like after Ctrl-C (checkpoint; MLflow KILLED before ``train.updates``, else FINISHED).
+
+After each update the run's health (:class:`swarm.train.health.RunHealth`) reads its row: the train-inference
+mismatch (``mismatch/logprob_abs_mean``) and the version each backend replica serves
+(``policy/served_version/<replica>``). It warns once (console, log, MLflow tag ``swarm.warning``) at half of
+``algo.max_mismatch`` or a replica behind, and stops the run (checkpoint; MLflow FAILED with the reason as
+``swarm.failure``; exit 1) past ``algo.max_mismatch`` or a replica still behind after ``algo.max_stale_serving_s``.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from swarm.policy import PolicyBackend
 from swarm.pool import evals
 from swarm.records import Step
 from swarm.train import Ledger, distributed
+from swarm.train.health import RunHealth, Verdict
 from swarm.update import run_update
 
 __all__ = ["train_flow", "run_update", "follow_flow", "run_main", "STAGES", "update_settings"]
@@ -67,9 +74,10 @@ def update_settings(cfg: RunConfig) -> update.UpdateSettings:
                                  max_corrections=cfg.feedback.max_corrections)
 
 
-def _update_policies(s: Session, settings: update.UpdateSettings,
-                     on_poll: Callable[[Decision], None]) -> dict[str, float]:
-    """One update of every policy in turn: their metrics as one row ({}: stopped or paused while waiting)."""
+def _update_policies(s: Session, settings: update.UpdateSettings, on_poll: Callable[[Decision], None],
+                     health: RunHealth | None = None) -> dict[str, float]:
+    """One update of every policy in turn: their metrics as one row ({}: stopped or paused while waiting);
+    ``health`` checks each policy's metrics and stops the session (:func:`_stop_unhealthy`) when told."""
     row: dict[str, float] = {}
     halt = s.control.halt(s.stop)  # a pause ends the wait for a batch, as a stop does
     for policy, led in s.ledgers.items():
@@ -79,7 +87,21 @@ def _update_policies(s: Session, settings: update.UpdateSettings,
         m, steps = result
         row.update({k if len(s.ledgers) == 1 else f"{k}/{policy}": v for k, v in m.items()})
         _log_samples(steps, s.backend, policy, led.trainer.version, s.cfg.mlflow.sample_trajectories)
+        if health is not None and _stop_unhealthy(s, health.check(policy, led.trainer.version, m)):
+            break
     return row
+
+
+def _stop_unhealthy(s: Session, verdict: Verdict) -> bool:
+    """Say the verdict's warnings; on its stop, end the session FAILED with the reason (after the checkpoint)."""
+    for text in verdict.warnings:
+        console.warn(text)
+        tracking.log_warning(text)
+    if verdict.stop is None:
+        return False
+    s.reason, s.status = f"{verdict.stop}; the run stopped at update {s.updates()}", "FAILED"
+    s.stop.set()
+    return True
 
 
 @flow(name="swarm-train", task_runner=ThreadPoolTaskRunner(max_workers=64), validate_parameters=False,
@@ -102,6 +124,8 @@ def _loop(s: Session) -> None:
         flow_control.log_event(s.control_lines, event="start", version=s.version(), holder=ctl.holder,
                                overrides=ctl.overrides)
     ctl.progress(s.updates(), s.version())
+    tc = next(iter(s.ledgers.values())).trainer.config  # one algo section: every trainer's limits are the same
+    health = RunHealth(tc.max_mismatch, tc.max_stale_serving_s)
     done0 = s.updates()
     with console.TrainProgress(max(cfg.train.updates - done0, 0), s.pool) as progress:
         t_eval = time.time()
@@ -115,7 +139,7 @@ def _loop(s: Session) -> None:
             settings = flow_control.apply_changes(ctl.take_changes(), s.ledgers, settings, s.workers, s.version(),
                                                   ctl, s.control_lines)
             progress.set_total(ctl.knobs["updates"] - done0)  # a client may have retuned it
-            row = _update_policies(s, settings, progress.on_poll)
+            row = _update_policies(s, settings, progress.on_poll, health)
             if not row:
                 if ctl.paused:
                     continue

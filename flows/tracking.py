@@ -24,7 +24,8 @@ from swarm.pool import StepFilter
 from swarm.records import Step
 
 __all__ = ["DEFAULT_URI", "tracking_uri", "redact", "flatten", "run_name", "run_params", "run_tags",
-           "ensure_experiment", "open_run", "log_curation", "log_metrics", "log_summary", "render_trajectory", "log_text"]
+           "ensure_experiment", "open_run", "log_curation", "log_metrics", "log_summary", "render_trajectory", "log_text",
+           "log_warning"]
 
 DEFAULT_URI = "sqlite:///outputs/mlruns.db"
 # config keys that differ in every run (paths, ports, ids): neither params nor part of a run's name
@@ -179,6 +180,12 @@ def render_trajectory(steps: Sequence[Step], decode: Callable[[list[int]], str])
             lines.append(f"- tool calls: `{json.dumps(s.tool_calls)}`")
         lines.append("")
     return "\n".join(lines)
+
+
+def log_warning(text: str) -> None:
+    """A run health warning (flows.run) as the run's ``swarm.warning`` tag (the latest; MLflow keeps one value)."""
+    if mlflow.active_run() is not None:
+        mlflow.set_tag("swarm.warning", text[:5000])
 
 
 def log_text(text: str, path: str) -> None:

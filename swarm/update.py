@@ -9,6 +9,11 @@ A script (``benchmarks/``) trains through :func:`run_updates`: the flow's update
 the closing checkpoint, without Prefect, MLflow or the run's control. Version numbers are assigned in one
 place, :meth:`swarm.train.Trainer.publish`, and written into the pool only by :meth:`Ledger.publish`.
 
+Each update's metrics carry the train-inference mismatch of the steps it trained (``mismatch/``, computed by
+the trainer in its forward: :mod:`swarm.train.mismatch`) and, after the publish, the version each backend
+replica serves (``policy/served_version/<replica>``: :func:`swarm.train.health.served_versions`); what a run
+does about them (warn, stop) is :class:`swarm.train.health.RunHealth`, applied by the flow.
+
 Human feedback (docs/gateway.md "Feedback that trains") enters between the lease and the items:
 the leased steps' rewards go through the rating rule, and pending corrections join the batch as
 supervised items, recorded in the pool's ``feedback_uses`` once the update has published. Under
@@ -31,6 +36,7 @@ from swarm.records import Step
 from swarm.train import Ledger, Trainer, distributed, items_from_steps, quarantine
 from swarm.train.faults import crash_point
 from swarm.train.feedback import RatingRule, correction_items, fill_rewards, rated_rewards, step_ratings
+from swarm.train.health import served_version_metrics
 
 __all__ = ["UpdateSettings", "Stages", "train", "lease_usable", "apply", "run_update", "run_updates", "follow",
            "rate", "pending_corrections", "fill_from_ratings"]
@@ -145,6 +151,7 @@ def run_update(ledger: Ledger, s: UpdateSettings, stop: threading.Event, stages:
     if s.correction_weight > 0:
         metrics["feedback/corrections"] = float(len(corrections))
     metrics.update(apply(ledger.trainer, items, stages, ledger, lease, stop, extra))
+    metrics.update(served_version_metrics(ledger.trainer.backend, ledger.trainer.policy))
     if corrections:  # published: these corrections count as trained once more
         ledger.pool.record_feedback_uses([c.step_id for c in corrections], ledger.trainer.version,
                                          ledger.trainer.policy)

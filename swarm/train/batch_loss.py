@@ -4,8 +4,10 @@
 normalised over all items, advantages, behaviour logprobs), so that the gradients of the
 micro-batches add up to the full-batch gradient. :func:`micro_batch_loss` turns one
 micro-batch's target logprobs into the scalar to backward (PPO-clip, plus k3 KL when given
-reference logprobs). :class:`LossSums` adds the per-token diagnostics over micro-batches (and
-ranks) and turns them into ``train/`` metrics.
+reference logprobs) and, from the same tensors, its train-inference mismatch terms
+(``swarm.train.mismatch``: recorded vs recomputed logprobs of the on-policy tokens, no extra forward).
+:class:`LossSums` adds the per-token diagnostics over micro-batches (and ranks) and turns them into
+``train/`` metrics.
 
 Pure tensor code: no model forward, no optimizer, no logging, no torch.distributed calls (the
 caller all-reduces :meth:`LossSums.as_dict`).
@@ -21,6 +23,7 @@ from swarm.merge import Collated, TrainSeq
 from swarm.merge.layout import PackedRow
 from swarm.train.config import TrainConfig
 from swarm.train.losses import LossAgg, item_token_weights, k3_kl, ppo_clip_loss
+from swarm.train.mismatch import mismatch_terms
 
 __all__ = ["BatchWeights", "MicroLoss", "LossSums", "batch_weights", "micro_batch_loss"]
 
@@ -32,6 +35,7 @@ class BatchWeights:
     token_weight: torch.Tensor  # (items,) loss weight of each of the item's target tokens
     advantage: torch.Tensor  # (items,)
     behaviour: torch.Tensor  # (items, max response length) logprobs, NaN where unrecorded
+    on_policy: torch.Tensor | None = None  # (items,) bool: sampled at the version being trained (None: all)
 
 
 @dataclass(frozen=True)
@@ -44,10 +48,13 @@ class MicroLoss:
     info: dict[str, torch.Tensor]  # ppo_clip_loss diagnostics, (T,) each
     entropy: torch.Tensor  # (T,)
     tokens: int
+    mismatch: torch.Tensor | None = None  # swarm.train.mismatch.mismatch_terms of the micro-batch, on the device
 
 
-def batch_weights(items: list[TrainSeq], rows: list[PackedRow], loss_agg: LossAgg, device: torch.device) -> BatchWeights:
-    """Token weights (from each item's target count in ``rows``), advantages and behaviour logprobs."""
+def batch_weights(items: list[TrainSeq], rows: list[PackedRow], loss_agg: LossAgg, device: torch.device,
+                  version: int | None = None) -> BatchWeights:
+    """Token weights (from each item's target count in ``rows``), advantages and behaviour logprobs; ``version``:
+    the version being trained (items sampled at it are on-policy for the mismatch; None: every item is)."""
     n_targets = [0] * len(items)
     for row in rows:
         for i in row.target_item:
@@ -59,7 +66,9 @@ def batch_weights(items: list[TrainSeq], rows: list[PackedRow], loss_agg: LossAg
     for i, it in enumerate(items):
         if it.behaviour_logprobs is not None and it.response_ids:
             beh[i, : len(it.response_ids)] = torch.tensor(it.behaviour_logprobs)
-    return BatchWeights(weight, adv, beh.to(device))
+    on = None if version is None else torch.tensor([it.policy_version == version for it in items], dtype=torch.bool,
+                                                   device=device)
+    return BatchWeights(weight, adv, beh.to(device), on)
 
 
 def micro_batch_loss(
@@ -72,7 +81,8 @@ def micro_batch_loss(
 ) -> MicroLoss:
     """PPO-clip (+ ``cfg.kl_coef`` times k3 KL to ``ref_logp``) of one micro-batch's targets."""
     item, offset = col.target_item.to(logp.device), col.target_offset.to(logp.device)
-    pg, info = ppo_clip_loss(logp, weights.behaviour[item, offset], weights.advantage[item],
+    behaviour = weights.behaviour[item, offset]
+    pg, info = ppo_clip_loss(logp, behaviour, weights.advantage[item],
                              proximal_logp=logp.detach() if cfg.ratio == "decoupled" else None, clip_low=cfg.clip_low,
                              clip_high=cfg.clip_high, tis_cap=cfg.tis_cap)
     tok_loss, kl = pg, None
@@ -81,7 +91,8 @@ def micro_batch_loss(
         tok_loss = pg + cfg.kl_coef * kl
     w = weights.token_weight[item]
     return MicroLoss(loss=(w * tok_loss).sum(), pg=(w * pg.detach()).sum(), kl_ref=None if kl is None else kl.detach(),
-                     info=info, entropy=entropy, tokens=int(col.target_ids.numel()))
+                     info=info, entropy=entropy, tokens=int(col.target_ids.numel()),
+                     mismatch=mismatch_terms(logp, behaviour, None if weights.on_policy is None else weights.on_policy[item]))
 
 
 @dataclass

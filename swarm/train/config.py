@@ -43,6 +43,8 @@ class TrainConfig:
     lora: LoraSpec | None = field(default_factory=LoraSpec)
     pad_id: int = 0
     attention: Literal["dense", "flex"] = "dense"
+    max_mismatch: float | None = 0.5
+    max_stale_serving_s: float | None = 300.0
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ValidationError:
@@ -68,5 +70,9 @@ class TrainConfig:
             raise bad("kl_coef", f"must be >= 0, got {self.kl_coef}")
         if not (0 <= self.clip_low < 1 and self.clip_high >= 0):
             raise bad("clip_low/clip_high", "need 0 <= clip_low < 1 and clip_high >= 0")
+        if self.max_mismatch is not None and not self.max_mismatch > 0:
+            raise bad("max_mismatch", f"must be > 0 nats/token (null: no check), got {self.max_mismatch}")
+        if self.max_stale_serving_s is not None and not self.max_stale_serving_s > 0:
+            raise bad("max_stale_serving_s", f"must be > 0 seconds (null: no check), got {self.max_stale_serving_s}")
         if isinstance(self.lora, dict):
             object.__setattr__(self, "lora", LoraSpec(**self.lora))

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from swarm.merge import TrainSeq
 
 __all__ = ["active", "rank", "world_size", "is_main", "local_device", "init_from_env", "shutdown", "shard",
-           "all_reduce_grads", "all_reduce_sums", "broadcast_params", "broadcast_object", "broadcast_batch"]
+           "all_reduce_grads", "all_reduce_sums", "all_reduce_max", "broadcast_params", "broadcast_object", "broadcast_batch"]
 
 T = TypeVar("T")
 _CONTROL: Any = None  # the gloo group for object broadcasts (None: the default group)
@@ -147,6 +147,16 @@ def all_reduce_sums(sums: Mapping[str, float], device: torch.device | str = "cpu
     keys = list(sums)
     t = torch.tensor([float(sums[k]) for k in keys], dtype=torch.float64, device=device)
     dist.all_reduce(t)
+    return dict(zip(keys, t.tolist(), strict=True))
+
+
+def all_reduce_max(values: Mapping[str, float], device: torch.device | str = "cpu") -> dict[str, float]:
+    """``values``' maxima over ranks (one all-reduce); ``device`` as in :func:`all_reduce_sums`."""
+    if not active():
+        return dict(values)
+    keys = list(values)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return dict(zip(keys, t.tolist(), strict=True))
 
 

@@ -3,7 +3,9 @@
 :meth:`Trainer.update` is one optimizer step on a list of :class:`~swarm.merge.TrainSeq`: merge
 (``none`` / ``timeline`` / ``tree``), micro-batches within the token budget, PPO-clip (+ optional k3
 KL to the adapter-disabled base) with weights fixed over the whole batch, so accumulation equals
-the full-batch gradient (``swarm.train.batch_loss``); then clipping and the step. :meth:`Trainer.publish`
+the full-batch gradient (``swarm.train.batch_loss``); then clipping and the step. The same forward gives the
+train-inference mismatch of the steps sampled at :attr:`Trainer.version` (``mismatch/`` metrics,
+``swarm.train.mismatch``): the recorded logprobs against this recompute, at no extra forward. :meth:`Trainer.publish`
 saves the peft adapter, calls the backend's ``load_weights(policy, state, version)``, bumps the
 version; :meth:`Trainer.save_checkpoint` / :meth:`Trainer.resume` make it restartable. Under torchrun
 the update is data parallel (``swarm.train.distributed``); only rank 0 writes or calls the backend.
@@ -33,6 +35,7 @@ from swarm.train.config import TrainConfig
 from swarm.train.constraint import ConstraintReplay, target_allowed
 from swarm.train.flex_mask import check_flex_device, use_flex_attention
 from swarm.train.forward import base_causal_lm, target_logprobs
+from swarm.train.mismatch import MismatchSums
 from swarm.train.publish import adapter_state, is_peft, save_adapter
 
 __all__ = ["Trainer"]
@@ -124,10 +127,10 @@ class Trainer:
         batch = merge_items(items, cfg.merge, cfg.token_budget)
         t_merge = time.perf_counter() - t0
         dev = next(self.model.parameters()).device
-        weights = batch_weights(items, batch.rows, cfg.loss_agg, dev)
+        weights = batch_weights(items, batch.rows, cfg.loss_agg, dev, version=self.version)
         masks = self._constraint_masks(items)
         self.model.train()
-        sums, t_fwd, t_bwd = LossSums(), 0.0, 0.0
+        sums, mism, t_fwd, t_bwd = LossSums(), MismatchSums(), 0.0, 0.0
         for col in self._micro_batches(batch.rows):
             t1 = time.perf_counter()
             part = self._micro_batch_loss(col, weights, masks)
@@ -136,8 +139,13 @@ class Trainer:
             t_fwd += t2 - t1
             t_bwd += time.perf_counter() - t2
             sums.add(part)
+            if part.mismatch is not None:
+                mism.add(part.mismatch)
         sums = LossSums.from_dict(distributed.all_reduce_sums(sums.as_dict(), dev))
+        mism = MismatchSums.from_dict({**distributed.all_reduce_sums(mism.sums(), dev),
+                                       **distributed.all_reduce_max(mism.maxes(), dev)})
         metrics = sums.metrics(with_kl=cfg.kl_coef > 0)
+        metrics.update(mism.metrics())
         metrics.update({"train/tokens_forward": float(batch.stats.tokens_after), "time/merge_s": t_merge,
                         "time/forward_s": t_fwd, "time/backward_s": t_bwd})
         metrics.update(batch.stats.as_metrics())
