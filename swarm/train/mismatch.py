@@ -43,8 +43,8 @@ def mismatch_terms(recomputed: torch.Tensor, recorded: torch.Tensor, on_policy: 
     sampled at the version being trained (None: all). Order: :data:`_SUMS` then :data:`_MAXES`.
     """
     with torch.no_grad():
-        pi = recomputed.detach().float()
-        mu = recorded.detach().float().to(pi.device)
+        pi = recomputed.detach().double()  # k3 of a 1e-5 difference is ~5e-11: below float32's resolution near 1
+        mu = recorded.detach().double().to(pi.device)
         seen = ~torch.isnan(mu)
         on = seen if on_policy is None else seen & on_policy.to(device=pi.device, dtype=torch.bool)
         off = seen & ~on
