@@ -5,7 +5,9 @@ verl #7495):
 
 - **mismatch**: the recorded (sampling) logprobs of the steps sampled at the version being trained differ
   from the trainer's recompute (``mismatch/logprob_abs_mean``, :mod:`swarm.train.mismatch`): a wrong adapter,
-  chat template, temperature or dtype on the serving side;
+  chat template, temperature or dtype on the serving side, or clients sampling with ``top_p`` / ``top_k``
+  (recorded renormalised; the trainer's recompute is the full softmax). Every source with recorded logprobs
+  counts, white-box steps included: an agent's own engine is measured too;
 - **a stale replica**: a backend replica keeps serving an older version than the trainer published
   (``policy/served_version/<replica>``, :func:`served_versions`): its publish failed and did not recover.
 
@@ -105,8 +107,9 @@ class RunHealth:
                             f"algo.max_mismatch={limit:g}", out)
         if mean > limit:
             out.stop = (f"train-inference mismatch too large: {what} > algo.max_mismatch={limit:g}. The backend "
-                        "is not sampling from the weights being trained (a wrong or stale adapter, chat template, "
-                        "temperature or dtype?). Raise algo.max_mismatch (null: no check) only if this is expected")
+                        "is not sampling from the weights being trained: a wrong or stale adapter, chat template, "
+                        "temperature or dtype, or agents sampling with top_p / top_k (the recompute applies neither)? "
+                        "Raise algo.max_mismatch (null: no check) only if this is expected")
 
     def _check_served(self, policy: str, version: int, metrics: Mapping[str, float], out: Verdict) -> None:
         now = self._clock()

@@ -112,6 +112,11 @@ def test_ranks_match_a_single_process_update(two_ranks, name):
         for key in ("train/loss", "train/tokens", "train/grad_norm", "train/clip_frac", "train/entropy"):
             assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-7), key
     assert r0["version"] == r1["version"] == UPDATES and r1["updates"] == UPDATES
+    # the mismatch (sums over both ranks' shares, the max by max) of the first update, version 0 in both runs
+    first, want = r0["metrics"][0], ref_metrics[0]
+    assert first["mismatch/tokens"] == want["train/tokens"] > 0
+    for key in ("mismatch/logprob_abs_mean", "mismatch/logprob_abs_max", "mismatch/kl_k3"):
+        assert first[key] == pytest.approx(want[key], rel=1e-5), key
 
 
 @pytest.mark.parametrize("name", list(CASES))
