@@ -124,8 +124,7 @@ def _loop(s: Session) -> None:
         flow_control.log_event(s.control_lines, event="start", version=s.version(), holder=ctl.holder,
                                overrides=ctl.overrides)
     ctl.progress(s.updates(), s.version())
-    tc = next(iter(s.ledgers.values())).trainer.config  # one algo section: every trainer's limits are the same
-    health = RunHealth(tc.max_mismatch, tc.max_stale_serving_s)
+    health = RunHealth(cfg.algo.max_mismatch, cfg.algo.max_stale_serving_s)
     done0 = s.updates()
     with console.TrainProgress(max(cfg.train.updates - done0, 0), s.pool) as progress:
         t_eval = time.time()
