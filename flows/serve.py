@@ -9,6 +9,7 @@ URL is printed either way. No training here.
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import logging
 import os
@@ -43,7 +44,8 @@ def serve(cfg: DictConfig) -> None:
         print(f"config error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
     pool = make_pool(c.pool)
-    backend = make_backend(c.model, c.policies, None)
+    backend = make_backend(c.model, c.policies, None)  # model.base_url: null (vllm) starts a local engine here
+    atexit.register(getattr(backend, "close", lambda: None))  # ... which ends with this process, as the gateway does
     try:
         stack = start_gateway(pool, backend, c.gateway)
     except ValueError as exc:  # check_bind: off loopback without both tokens

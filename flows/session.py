@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import httpx
+
 from flows import console, shutdown, tracking
 from flows import control as flow_control
 from flows.components import make_gateway_backend, make_pool, model_dtype, start_gateway, trainer_model_path
@@ -30,7 +32,7 @@ from flows.workers import WorkerHandle, start_workers
 from swarm import loop
 from swarm.client import WorkerConfig
 from swarm.control import Control
-from swarm.errors import SwarmError
+from swarm.errors import BackendError, SwarmError
 from swarm.policy import PolicyBackend
 from swarm.pool import Claims, LeaseBook, Pool, Reader, StepFilter, parse_ref
 from swarm.pool.claims import holder_id
@@ -40,6 +42,7 @@ from swarm.train.base_model import policy_models
 if TYPE_CHECKING:
     from mlflow import ActiveRun
 
+    from swarm.policy.vllm_server import VLLMServer
     from swarm.stack import Stack
 
 __all__ = ["StartError", "Session", "Checkpoint", "open_session", "make_trainers", "resolve_curation"]
@@ -66,6 +69,7 @@ class Session:
     history: list[dict[str, float]] = field(default_factory=list)
     status: str = "FAILED"  # until every stage started
     reason: str = ""
+    crashed: bool = False  # stopped like a crash (no closing checkpoint), with ``reason`` said
     values: dict[str, float] = field(default_factory=dict)
     t_start: float = field(default_factory=time.time)
     curation: tuple[str | None, StepFilter | None] = (None, None)  # (name@version, filter): what the lease takes
@@ -223,10 +227,62 @@ def _final_checkpoint(s: Session, checkpoint: Checkpoint) -> None:
     """A clean stop (not a crash): checkpoint every trainer and release the torchrun followers."""
     if shutdown.STOP.signum is not None and s.status == "FINISHED":
         s.status = "KILLED"
-    if s.status != "FAILED" or s.reason:
+    if (s.status != "FAILED" or s.reason) and not s.crashed:
         for led in s.ledgers.values():
             checkpoint(led, {"mlflow_run_id": s.run.info.run_id})
         distributed.broadcast_batch(None)  # on a failure torchrun ends the followers
+
+
+def _engines(backend: object) -> list[VLLMServer]:
+    """The local engine servers the backend started (model.base_url: null), a fleet's replicas' included."""
+    replicas = [r.backend for r in getattr(backend, "replicas", [])] or [backend]
+    return [b.server for b in replicas if getattr(b, "server", None) is not None]
+
+
+@contextlib.contextmanager
+def _watch_engines(s: Session, every_s: float = 2.0) -> Iterator[None]:
+    """While the session runs, check the local engine servers: one that dies is reported (with its log's tail);
+    when none is left, the run stops with that reason (status FAILED after its checkpoint) instead of timing out."""
+    servers = _engines(s.backend)
+    if not servers:
+        yield
+        return
+    done = threading.Event()
+
+    def down(server: VLLMServer, misses: dict[int, int], i: int) -> bool:
+        """Its process exited, or /health failed 3 times in a row (an engine that died inside a live process)."""
+        if not server.alive():
+            return True
+        try:
+            ok = httpx.get(f"{server.url}/health", timeout=10).status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        misses[i] = 0 if ok else misses.get(i, 0) + 1
+        return misses[i] >= 3
+
+    def watch() -> None:
+        dead: set[int] = set()
+        misses: dict[int, int] = {}
+        while not done.wait(every_s):
+            for i, server in enumerate(servers):
+                if i not in dead and down(server, misses, i):
+                    dead.add(i)
+                    code = server.proc.poll() if server.proc is not None else None
+                    console.say(f"[red]the vLLM server at {server.url} died[/red] (exit {code}); its log "
+                                f"{server.log_path}:\n{server.log_tail(15)}")
+            if len(dead) == len(servers) and not s.stop.is_set():
+                s.reason = (f"the vLLM server{'s' if len(servers) > 1 else ''} died (log: "
+                            f"{', '.join(str(x.log_path) for x in servers)}); the run stopped at update {s.updates()}")
+                s.stop.set()
+                return
+
+    thread = threading.Thread(target=watch, name="engine-watch", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(5)
 
 
 @contextlib.contextmanager
@@ -243,6 +299,7 @@ def open_session(cfg: RunConfig, checkpoint: Checkpoint) -> Iterator[Session]:
         _start("the policy claim", _claim, s.pool, cfg.policies, es)
         s.backend = _start("the policy backend", make_gateway_backend, cfg)
         es.callback(getattr(s.backend, "close", lambda: None))
+        es.enter_context(_watch_engines(s))
         s.ledgers = _start("the trainers", _ledgers, cfg, s.pool, s.backend)
         s.control = Control(flow_control.knobs_of(cfg), wait_for_client=cfg.train.wait_for_client,
                             check_start=flow_control.start_checker(cfg))
@@ -267,12 +324,18 @@ def open_session(cfg: RunConfig, checkpoint: Checkpoint) -> Iterator[Session]:
         s.status = "FINISHED"
         try:
             yield s
+            if s.reason:  # a stage failed while the run went on (an engine died): stopped, checkpointed, FAILED
+                s.status = "FAILED"
         except TimeoutError as exc:  # no batch within train.batch_timeout_s: a clear failure, not a traceback
             s.status, s.reason = "FAILED", (
                 f"{exc} after update {s.updates()} of {cfg.train.updates} (train.batch_timeout_s="
                 f"{cfg.train.batch_timeout_s:g}): are the workers failing? The dashboard shows their episodes")
         except KeyboardInterrupt:
             s.status = "KILLED"
+        except BackendError as exc:  # the policy backend failed for good (a dead engine): one line, not a traceback;
+            # no checkpoint: the failure may have come mid-publish, so the run resumes from its last one, as after a crash
+            s.status, s.crashed = "FAILED", True
+            s.reason = s.reason or f"the policy backend failed after update {s.updates()}: {exc}"
         except BaseException:
             s.status = "FAILED"
             raise

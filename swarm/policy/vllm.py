@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import Field, model_validator
 
 from swarm.errors import BackendError, ConflictError, ContextLengthError, ValidationError
 from swarm.lora import LoraSpec
@@ -37,6 +38,7 @@ from swarm.policy.chat import LocalTokenizer
 from swarm.policy.constraint import Grammars
 from swarm.policy.settings import BACKENDS, WeightsSection
 from swarm.policy.templates import parser_for
+from swarm.policy.vllm_server import VLLMServer
 from swarm.settings import derive
 
 __all__ = ["VLLMBackend"]
@@ -97,8 +99,11 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         chat_template: str | None = None,
         timeout_s: float = 600.0,
         tool_parser: str | None = None,
+        server: VLLMServer | None = None,
     ) -> None:
         from transformers import AutoTokenizer
+
+        self.server = server  # a local server this backend owns: stopped by close()
 
         self._lora = dict(policies) if isinstance(policies, dict) else dict.fromkeys(policies, lora or LoraSpec())
         url = base_url.rstrip("/")
@@ -339,11 +344,63 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         await self._client.aclose()
         self._sync.close()
 
+    def close(self) -> None:
+        """Stop the local server this backend started (``model.base_url: null``); a remote one is left alone."""
+        self._sync.close()
+        if self.server is not None:
+            self.server.stop()
+
+
+class VLLMServe(derive(VLLMServer, skip=("model", "log_path", "served_model_name", "dtype", "env", "python",  # type: ignore[misc]
+                                         "port"))):
+    """``model.serve``: how a local vLLM is started when ``model.base_url`` is null (swarm/policy/vllm_server.py)."""
+
+    log_dir: str = "outputs/vllm"  # its log (vllm.log) goes here: the flow's run folder in conf/model/*_vllm.yaml
+
 
 @BACKENDS.declare("vllm")
-class VLLMSettings(derive(VLLMBackend, skip=("policies", "transport", "api_key", "lora"),  # type: ignore[misc]
+class VLLMSettings(derive(VLLMBackend, skip=("policies", "transport", "api_key", "lora", "server"),  # type: ignore[misc]
                           base=WeightsSection)):
-    """``backend: vllm``: a ``vllm serve`` process; ``path`` / ``dtype``: the trainer's copy of the base."""
+    """``backend: vllm``: a ``vllm serve`` server, at ``base_url`` (the GPU recipe: one you run), or, with
+    ``base_url: null``, one this process starts from ``.venv-vllm`` for the trainer's weights (``path`` or
+    ``gguf``) on 127.0.0.1 and stops when it ends. ``path`` / ``dtype``: the trainer's copy of the base."""
+
+    base_url: str | None = None  # None: start a local server (``serve``)
+    model: str | None = None  # the served name; None with a local server: the weights folder
+    gguf: str | None = None  # a packaged model's name or a .gguf file (swarm/policy/gguf.py), converted once
+    serve: VLLMServe = Field(default_factory=VLLMServe)
+
+    @model_validator(mode="after")
+    def _one_server(self) -> VLLMSettings:
+        if self.base_url is not None and self.model is None:
+            raise ValueError(f"model.model: missing; name the model {self.base_url} serves (as in vllm serve <model>)")
+        if self.base_url is None and not (self.path or self.gguf):
+            raise ValueError("model.path: missing; a local vLLM (model.base_url: null) serves the trainer's weights: "
+                             "set model.path=<folder> or model.gguf=smollm2, or model.base_url=<a running server>")
+        if self.path and self.gguf:
+            raise ValueError(f"model.path={self.path} and model.gguf={self.gguf} are both set; keep one")
+        return self
+
+    def trainer_weights(self) -> str:
+        if self.gguf:
+            from swarm.policy.gguf import ensure_gguf_model
+
+            return str(ensure_gguf_model(self.gguf))
+        return super().trainer_weights()
 
     def build(self, policies: list[str], lora: LoraSpec | None) -> VLLMBackend:
-        return VLLMBackend(policies=list(policies), lora=lora, **self.args())
+        args = self.args()
+        if self.base_url is not None:
+            return VLLMBackend(policies=list(policies), lora=lora, **args)
+        folder = self.trainer_weights()
+        server = VLLMServer(folder, Path(self.serve.log_dir) / "vllm.log", served_model_name=self.model or folder,
+                            dtype=self.resolved_dtype(), **{k: v for k, v in self.serve.args().items()})
+        server.start()
+        try:
+            return VLLMBackend(policies=list(policies), lora=lora, server=server,
+                               **{**args, "base_url": server.url, "model": self.model or folder,
+                                  "tokenizer_path": args["tokenizer_path"] or folder,
+                                  "adapter_dir": args["adapter_dir"] or str(Path(self.serve.log_dir) / "adapters")})
+        except BaseException:
+            server.stop()
+            raise
