@@ -265,13 +265,16 @@ def test_prompt_the_server_did_not_run_and_null_logprobs_are_errors(vllm_backend
 
 
 @pytest.mark.vllm
-@pytest.mark.gpu
-def test_real_vllm_server():
-    url = os.environ.get("SWARM_VLLM_URL")
-    if not url:
-        pytest.skip("SWARM_VLLM_URL is not set (no vllm serve process for this test)")
-    model = os.environ.get("SWARM_VLLM_MODEL", "Qwen/Qwen2.5-0.5B-Instruct")
-    b = VLLMBackend(url, model, tokenizer_path=os.environ.get("SWARM_VLLM_TOKENIZER", model))
+@pytest.mark.slow
+def test_real_vllm_server(request):
+    url = os.environ.get("SWARM_VLLM_URL")  # a server you run (e.g. a GPU one); else the session's local vLLM
+    if url:
+        model = os.environ.get("SWARM_VLLM_MODEL", "Qwen/Qwen2.5-0.5B-Instruct")
+        tokenizer = os.environ.get("SWARM_VLLM_TOKENIZER", model)
+    else:
+        url, model = request.getfixturevalue("vllm_server").url, "smollm2"
+        tokenizer = str(request.getfixturevalue("vllm_model_path"))
+    b = VLLMBackend(url, model, tokenizer_path=tokenizer)
     gens = asyncio.run(
         b.generate(GenerateRequest("default", messages=MSGS, sampling=SamplingParams(max_tokens=16, seed=1, n=2)))
     )
