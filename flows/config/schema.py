@@ -268,6 +268,14 @@ class MlflowSection(_Section):
     tags: dict[str, str] = Field(default_factory=dict)  # extra MLflow tags (flows.campaign sets swarm.campaign)
 
 
+class CampaignMember(_Section):
+    """``campaign_member``: set by ``flows.campaign`` on each member it runs (logged as params, searched by key)."""
+
+    campaign: str
+    key: str
+    config: str = ""
+
+
 class ServeConfig(_Section):
     """What ``flows.serve`` needs (conf/serve.yaml); a training run (:class:`RunConfig`) has these sections too."""
 
@@ -290,6 +298,7 @@ class RunConfig(ServeConfig):
     runner: Runner
     feedback: FeedbackSection = Field(default_factory=FeedbackSection)
     frozen_policies: dict[str, Model] = Field(default_factory=dict)  # name -> model, served, never trained
+    campaign_member: CampaignMember | None = None  # flows.campaign's label of this run
     overrides: list[str] = Field(default_factory=list)  # the command line's overrides (run name, MLflow tags)
 
     @model_validator(mode="after")
@@ -316,8 +325,9 @@ class RunConfig(ServeConfig):
         return self
 
     def raw(self) -> Tree:
-        """The config as a plain dict (what MLflow logs and subprocess workers receive)."""
-        return self.model_dump(mode="json")
+        """The config as a plain dict (what MLflow logs and subprocess workers receive); no ``campaign_member``
+        key outside a campaign."""
+        return self.model_dump(mode="json", exclude={"campaign_member"} if self.campaign_member is None else None)
 
 
 def _kinds(data: Any, key: str, where: str) -> list[tuple[str, str]]:
