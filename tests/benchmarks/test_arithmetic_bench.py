@@ -1,0 +1,43 @@
+"""benchmarks/arithmetic_bench.py's choices, without training (a run takes an hour): which sides run, the vllm
+side's environment, its server's start-up read from the flow's log, the paired interval."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import pytest
+
+
+def _args(**kw: object) -> argparse.Namespace:
+    return argparse.Namespace(**{"backends": None, "only": None, **kw})
+
+
+def test_the_default_is_still_hf_and_trl_and_backends_pick_the_sides(load_bench):
+    bench = load_bench("arithmetic_bench")
+    assert bench._sides(_args()) == ["hf", "trl"]  # the README's command measures what it did
+    assert bench._sides(_args(only="swarm")) == ["hf"] and bench._sides(_args(only="trl")) == ["trl"]
+    assert bench._sides(_args(backends="hf,vllm")) == ["hf", "vllm"]
+    assert bench._sides(_args(backends="vllm, trl")) == ["vllm", "trl"]
+    with pytest.raises(SystemExit, match="sglang"):
+        bench._sides(_args(backends="hf,sglang"))
+    assert bench.SWARM_SIDES["vllm"] == ("swarmpool_vllm", "smollm2_vllm")
+
+
+def test_the_vllm_sides_environment_is_set_for_its_flow_only(load_bench, monkeypatch, tmp_path):
+    bench = load_bench("arithmetic_bench")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    with bench._env_var("OMP_NUM_THREADS", "1"):
+        assert os.environ["OMP_NUM_THREADS"] == "1"
+    assert "OMP_NUM_THREADS" not in os.environ
+    with bench._env_var("OMP_NUM_THREADS", None):  # 0 threads: torch's default, the environment as is
+        assert "OMP_NUM_THREADS" not in os.environ
+    (tmp_path / "swarm.log").write_text("x\nINFO vllm: ready on http://127.0.0.1:40123 after 57 s\ny\n")
+    assert bench._vllm_startup(tmp_path) == 57.0
+    assert bench._vllm_startup(tmp_path / "none") is None
+
+
+def test_the_paired_interval(load_bench):
+    bench = load_bench("arithmetic_bench")
+    gain, lo, hi = bench.paired_ci([0.0, 0.0, 0.5, 0.25], [0.5, 0.25, 0.75, 0.5])
+    assert gain == pytest.approx(31.25) and lo < gain < hi and lo > 0
