@@ -37,4 +37,5 @@ def test_a_judge_task_config_composes_into_the_judge_reward(tmp_path: Path) -> N
     run = validate(OmegaConf.to_container(cfg, resolve=True))
     assert run.task.name == "gentasks.game24" and run.task.reward is not None
     assert run.task.reward.kind == "judge" and run.task.reward.rubric == RUBRIC.replace("${", "$ {")
-    assert "judge" in run.frozen_policies and run.gateway.reward_authority == {"gentasks.game24": "judge", "game24": "judge"}
+    assert "judge" in run.frozen_policies and run.gateway.settings(run.task.reward.authority(run.task.name)).reward_authority == {
+        "gentasks.game24": "judge", "game24": "judge"}
