@@ -194,7 +194,11 @@ def main() -> None:
                   f"batching.min_groups={PROMPTS}", f"task.max_tokens={MAX_TOKENS}", "train.checkpoint_every=1000"]
         for side in sides:
             if side == "trl":
-                res["trl"] = run_trl(model, args.updates, args.lr, tmp)
+                try:
+                    res["trl"] = run_trl(model, args.updates, args.lr, tmp)
+                except SystemExit as e:  # e.g. no trl (the bench extra): keep the sides that ran
+                    print(f"trl: skipped, it failed: {str(e).strip().splitlines()[-1]}", flush=True)
+                    continue
                 res["trl"]["eval"] = evaluate(model, res["trl"]["adapter"], args.samples)
                 continue
             name, config = SWARM_SIDES[side]
@@ -211,7 +215,7 @@ def main() -> None:
     base = res["base"]
     print(f"machine: {os.cpu_count()} CPUs (load avg {os.getloadavg()[0]:.1f}); {args.updates} updates of "
           f"{PROMPTS} problems x {GROUP} samples, LoRA r{RANK}, lr {args.lr}, T=1, {MAX_TOKENS} tokens")
-    width = max(len(n) for n in res if n != "base")
+    width = max((len(n) for n in res if n != "base"), default=9)
     for name in ("swarmpool", "swarmpool_vllm", "trl"):
         if name not in res:
             continue
