@@ -284,14 +284,19 @@ def _env_var(name: str, value: str | None) -> Iterator[None]:
 
 
 def _vllm_startup(folder: Path) -> float | None:
-    """Seconds the flow's local vLLM took to get ready (its log line), None without one."""
+    """Seconds the flow's local vLLM took from its first log line to serving (its own log's timestamps, to the
+    second; python's start before its first line not counted), None without one."""
     import re
+    from datetime import datetime
 
-    for log in [folder / "swarm.log", *folder.glob("out/vllm/*.log")]:
-        if log.exists():
-            m = re.search(r"vllm: ready on \S+ after (\d+) s", log.read_text(errors="replace"))
+    for log in sorted(folder.glob("out/vllm/vllm.log")):
+        stamps = []
+        for line in log.read_text(errors="replace").splitlines():
+            m = re.search(r" (\d\d-\d\d \d\d:\d\d:\d\d) ", line)
             if m:
-                return float(m.group(1))
+                stamps.append(datetime.strptime(m.group(1), "%m-%d %H:%M:%S"))
+            if "Application startup complete" in line and stamps:
+                return (stamps[-1] - stamps[0]).total_seconds()
     return None
 
 

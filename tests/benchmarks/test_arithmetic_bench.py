@@ -32,7 +32,12 @@ def test_the_vllm_sides_environment_is_set_for_its_flow_only(load_bench, monkeyp
     assert "OMP_NUM_THREADS" not in os.environ
     with bench._env_var("OMP_NUM_THREADS", None):  # 0 threads: torch's default, the environment as is
         assert "OMP_NUM_THREADS" not in os.environ
-    (tmp_path / "swarm.log").write_text("x\nINFO vllm: ready on http://127.0.0.1:40123 after 57 s\ny\n")
+    log = tmp_path / "out" / "vllm" / "vllm.log"  # the flow's local server writes its log in the run folder
+    log.parent.mkdir(parents=True)
+    log.write_text("# swarm: python -c <bootstrap> ...\n(APIServer pid=1) INFO 12-06 08:05:15 [api_utils.py:286] args\n"
+                   "(EngineCore pid=2) INFO 12-06 08:05:38 [core.py:133] engine\n"
+                   "(APIServer pid=1) INFO 12-06 08:06:12 [launcher.py:195] Route: /v1/models\n"
+                   "INFO:     Application startup complete.\n(APIServer pid=1) INFO 12-06 08:09:00 later\n")
     assert bench._vllm_startup(tmp_path) == 57.0
     assert bench._vllm_startup(tmp_path / "none") is None
 
