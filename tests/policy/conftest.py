@@ -3,6 +3,7 @@ client against the fake server of ``test_vllm.py``, and one real vLLM server for
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,3 +82,14 @@ def vllm_server(vllm_model_path: Path, tmp_path_factory: pytest.TempPathFactory)
     # 1 GiB of KV cache (~23k tokens) is plenty here, and the idle server holds its memory until the session ends
     with VLLMServer(vllm_model_path, log, served_model_name="smollm2", max_lora_rank=8, kv_cache_gib=1) as server:
         yield server
+
+
+@pytest.fixture
+def real_vllm(request: pytest.FixtureRequest) -> tuple[str, str, str]:
+    """(url, served model, tokenizer) of a real vLLM: $SWARM_VLLM_URL (a server you run, e.g. on a GPU; with
+    $SWARM_VLLM_MODEL / $SWARM_VLLM_TOKENIZER), else the session's local one (:func:`vllm_server`)."""
+    url = os.environ.get("SWARM_VLLM_URL")
+    if url:
+        model = os.environ.get("SWARM_VLLM_MODEL", "Qwen/Qwen2.5-0.5B-Instruct")
+        return url, model, os.environ.get("SWARM_VLLM_TOKENIZER", model)
+    return request.getfixturevalue("vllm_server").url, "smollm2", str(request.getfixturevalue("vllm_model_path"))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 
 import httpx
 import pytest
@@ -266,14 +265,8 @@ def test_prompt_the_server_did_not_run_and_null_logprobs_are_errors(vllm_backend
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_real_vllm_server(request):
-    url = os.environ.get("SWARM_VLLM_URL")  # a server you run (e.g. a GPU one); else the session's local vLLM
-    if url:
-        model = os.environ.get("SWARM_VLLM_MODEL", "Qwen/Qwen2.5-0.5B-Instruct")
-        tokenizer = os.environ.get("SWARM_VLLM_TOKENIZER", model)
-    else:
-        url, model = request.getfixturevalue("vllm_server").url, "smollm2"
-        tokenizer = str(request.getfixturevalue("vllm_model_path"))
+def test_real_vllm_server(real_vllm):
+    url, model, tokenizer = real_vllm
     b = VLLMBackend(url, model, tokenizer_path=tokenizer)
     gens = asyncio.run(
         b.generate(GenerateRequest("default", messages=MSGS, sampling=SamplingParams(max_tokens=16, seed=1, n=2)))

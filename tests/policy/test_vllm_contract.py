@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
-import os
 import re
 from types import SimpleNamespace
 from typing import Any
@@ -297,14 +296,8 @@ def test_the_fake_answers_in_vllm_shapes(fake_vllm):
 # ----------------------------------------------------------------------------- a real server
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_real_vllm_server_answers_the_fields_we_read(request):
-    url = os.environ.get("SWARM_VLLM_URL")  # a server you run (e.g. a GPU one); else the session's local vLLM
-    if url:
-        model = os.environ.get("SWARM_VLLM_MODEL", "Qwen/Qwen2.5-0.5B-Instruct")
-        tokenizer = os.environ.get("SWARM_VLLM_TOKENIZER", model)
-    else:
-        url, model = request.getfixturevalue("vllm_server").url, "smollm2"
-        tokenizer = str(request.getfixturevalue("vllm_model_path"))
+def test_real_vllm_server_answers_the_fields_we_read(real_vllm):
+    url, model, tokenizer = real_vllm
     b = VLLMBackend(url, model, tokenizer_path=tokenizer)
     _, body = b._prepare(GenerateRequest("default", messages=MSGS, sampling=SamplingParams(max_tokens=4, n=2,
                                                                                            top_logprobs=2)), False)
