@@ -14,10 +14,9 @@ once, :mod:`swarm.policy.gguf`) on the ``arithmetic`` task (``experiments/arithm
    samples through it and publishes every version to it as a LoRA adapter (``/v1/load_lora_adapter``), and stops
    it at the end. Its CPU seconds include the server's processes (they are the flow's children); its start-up
    (~30-120 s) is outside the per-update span, like every side's. Its trainer runs one torch thread, as the hf
-   side's does (``model.torch_threads: 1`` in conf/model/smollm2.yaml): ``model=smollm2_vllm`` has no such knob,
-   so the bench sets ``OMP_NUM_THREADS=1`` for that flow (``--vllm-trainer-threads``; 0 leaves torch's default,
-   one thread per core, which beside a generating vLLM engine made a LoRA update 4-5x slower here: 59-67 s
-   instead of 12-14 s for 32 x 62 tokens, and 444 s/update inside a loaded 2-update flow run).
+   side's does (``model.torch_threads: 1`` in conf/model/smollm2.yaml and smollm2_vllm.yaml): torch's default,
+   one thread per core, beside a generating vLLM engine made a LoRA update 4-5x slower here (59-67 s instead
+   of 12-14 s for 32 x 62 tokens; ``model.torch_threads=null`` shows it).
 3. **TRL** (``trl``): ``GRPOTrainer`` in its own subprocess on the same converted model, chat template,
    training problems and reward function, in-process generation.
 4. **held-out eval** of the base model and of each side's final LoRA adapter on the held-out
@@ -51,7 +50,6 @@ and on what else runs on it (the script prints the load average).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -59,7 +57,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -180,8 +177,6 @@ def main() -> None:
     ap.add_argument("--only", choices=["swarm", "trl"], default=None, help="one side: --backends hf or trl")
     ap.add_argument("--backends", default=None,
                     help="comma list of hf (the flow, hf backend), vllm (the flow, a local vLLM), trl; default hf,trl")
-    ap.add_argument("--vllm-trainer-threads", type=int, default=1,
-                    help="OMP_NUM_THREADS for the vllm side's flow (its trainer's torch threads); 0: torch's default")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("overrides", nargs="*", help="extra flows.train overrides")
     args = ap.parse_args()
@@ -208,9 +203,7 @@ def main() -> None:
                 continue
             name, config = SWARM_SIDES[side]
             (tmp / side).mkdir()
-            threads = args.vllm_trainer_threads if side == "vllm" else 0
-            with _env_var("OMP_NUM_THREADS", str(threads) if threads else None):
-                res[name] = run_swarm(args.updates, tmp / side, [*recipe, f"model={config}", *args.overrides])
+            res[name] = run_swarm(args.updates, tmp / side, [*recipe, f"model={config}", *args.overrides])
             res[name]["startup_s"] = _vllm_startup(tmp / side)
             adapters = sorted((tmp / side / "out" / "adapters" / "default").glob("v*"))
             res[name]["eval"] = evaluate(model, str(adapters[-1]), args.samples)
@@ -270,22 +263,6 @@ def _sides(args: argparse.Namespace) -> list[str]:
             raise SystemExit(f"--backends: {','.join(bad) or 'nothing'}: pick from hf, vllm, trl")
         return sides
     return {"swarm": ["hf"], "trl": ["trl"]}.get(args.only, ["hf", "trl"])
-
-
-@contextlib.contextmanager
-def _env_var(name: str, value: str | None) -> Iterator[None]:
-    """``name=value`` in this process's environment (what run_swarm's subprocess inherits) for the block; None: as is."""
-    old = os.environ.get(name)
-    if value is not None:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if value is not None:
-            if old is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = old
 
 
 def _vllm_startup(folder: Path) -> float | None:

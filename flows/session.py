@@ -79,7 +79,7 @@ class Session:
 
     def updates(self) -> int:
         """Updates every trainer has done (the run's progress)."""
-        return min(led.trainer.updates for led in self.ledgers.values())
+        return min((led.trainer.updates for led in self.ledgers.values()), default=0)  # 0 before the trainers start
 
     def version(self) -> int:
         """The newest published policy version: the MLflow step."""
@@ -233,17 +233,21 @@ def _final_checkpoint(s: Session, checkpoint: Checkpoint) -> None:
         distributed.broadcast_batch(None)  # on a failure torchrun ends the followers
 
 
-def _engines(backend: object) -> list[VLLMServer]:
-    """The local engine servers the backend started (model.base_url: null), a fleet's replicas' included."""
+def _engines(backend: object) -> tuple[list[VLLMServer], int]:
+    """The local engine servers the backend started (model.base_url: null), a fleet's replicas' included, and how
+    many replicas are not such servers (remote ones, in-process ones): the run does not depend on the local ones
+    alone while there are any."""
     replicas = [r.backend for r in getattr(backend, "replicas", [])] or [backend]
-    return [b.server for b in replicas if getattr(b, "server", None) is not None]
+    servers = [b.server for b in replicas if getattr(b, "server", None) is not None]
+    return servers, len(replicas) - len(servers)
 
 
 @contextlib.contextmanager
 def _watch_engines(s: Session, every_s: float = 2.0) -> Iterator[None]:
     """While the session runs, check the local engine servers: one that dies is reported (with its log's tail);
-    when none is left, the run stops with that reason (status FAILED after its checkpoint) instead of timing out."""
-    servers = _engines(s.backend)
+    when none is left and no other replica serves, the run stops with that reason (status FAILED after its
+    checkpoint) instead of timing out; while a fleet has other replicas it routes around the dead one."""
+    servers, others = _engines(s.backend)
     if not servers:
         yield
         return
@@ -270,7 +274,7 @@ def _watch_engines(s: Session, every_s: float = 2.0) -> Iterator[None]:
                     code = server.proc.poll() if server.proc is not None else None
                     console.say(f"[red]the vLLM server at {server.url} died[/red] (exit {code}); its log "
                                 f"{server.log_path}:\n{server.log_tail(15)}")
-            if len(dead) == len(servers) and not s.stop.is_set():
+            if len(dead) == len(servers) and not others and not s.stop.is_set():
                 s.reason = (f"the vLLM server{'s' if len(servers) > 1 else ''} died (log: "
                             f"{', '.join(str(x.log_path) for x in servers)}); the run stopped at update {s.updates()}")
                 s.stop.set()

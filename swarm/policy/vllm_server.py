@@ -36,6 +36,13 @@ core with the API server and scheduler costs 2-4x; Intel OpenMP gains nothing me
 on CPU (vLLM's CPU punica kernels). Start-up: 28-55 s to ``/health`` (no compilation on CPU: inductor is off
 without triton-cpu). ``VLLM_CPU_KVCACHE_SPACE`` is in GiB: 2 hold 46,592 tokens of SmolLM2's fp32 cache
 (46 KiB a token). ``--max-loras 2`` lets a just-published adapter serve while calls on the previous one finish.
+Chunked prefill is off (``--no-enable-chunked-prefill``): with it, a seeded request whose prompt does not fit the
+step's token budget (2048) next to the others' is prefilled in two steps, and vllm-cpu's model runner then rewinds
+the request's torch generator with ``set_offset``, which a CPU generator refuses (``CPU Generator does not use
+offset``): the engine dies and every later call fails. Measured (``tests/policy/test_vllm_real.py``'s seeded
+test reproduces it; 32 concurrent seeded calls of 85-token prompts, 32 tokens each): on, unseeded 43 / 44 tok/s at
+32 / 64 calls and the seeded 32 kill the engine; off, unseeded 39 / 42, seeded 42 / 47 tok/s (2 cores, load ~1):
+no measurable cost, since a prompt of at most ``max_model_len`` (2048) tokens still goes in one step.
 ``VLLM_HOST_IP=127.0.0.1`` keeps the engine's message queue on loopback (vLLM otherwise picks the address
 of the default route).
 
@@ -122,7 +129,9 @@ class VLLMServer:
     :class:`~swarm.policy.vllm.VLLMBackend` built with ``model=str(folder)`` finds the tokenizer there).
     ``port``: 0 picks a free one. ``kv_cache_gib``, ``threads_bind`` and ``reserved_cpus``: vLLM-CPU's
     ``VLLM_CPU_KVCACHE_SPACE``, ``VLLM_CPU_OMP_THREADS_BIND`` (``auto``, ``nobind`` or CPU ids like
-    ``0-1``) and ``VLLM_CPU_NUM_OF_RESERVED_CPU`` (None: vLLM's default). ``extra_args`` go to vLLM after
+    ``0-1``) and ``VLLM_CPU_NUM_OF_RESERVED_CPU`` (None: vLLM's default). ``chunked_prefill``: off by default,
+    since vllm-cpu 0.32.0 kills its engine on a seeded request whose prompt is prefilled in chunks (see the
+    module docstring); a GPU server with long prompts may turn it on. ``extra_args`` go to vLLM after
     ours (a later flag wins); ``env`` adds or overrides environment variables. ``python``: the venv's
     interpreter (default :func:`default_vllm_python`).
     """
@@ -141,6 +150,7 @@ class VLLMServer:
         kv_cache_gib: int = 2,
         threads_bind: str = "auto",
         reserved_cpus: int | None = None,
+        chunked_prefill: bool = False,
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         python: str | Path | None = None,
@@ -158,7 +168,8 @@ class VLLMServer:
                      "--dtype", dtype, "--max-model-len", str(max_model_len),
                      "--enable-lora", "--max-lora-rank", str(max_lora_rank), "--max-loras", str(max_loras),
                      "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
-                     "--disable-uvicorn-access-log", *extra_args]
+                     "--disable-uvicorn-access-log",
+                     "--enable-chunked-prefill" if chunked_prefill else "--no-enable-chunked-prefill", *extra_args]
         self.env = {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_CPU_OMP_THREADS_BIND": threads_bind,
                     "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1",
                     "VLLM_HOST_IP": "127.0.0.1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",

