@@ -25,8 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from research_agent.errors import CampaignError
 
-__all__ = ["CampaignSpec", "SweepSpec", "ScheduleSpec", "PlanSpec", "Member", "expand", "parse_campaign",
-           "format_value", "campaign_dir", "config_hash", "run_label", "VOLATILE_KEYS", "MEMBER_DIR"]
+__all__ = ["CampaignSpec", "SweepSpec", "ScheduleSpec", "PlanSpec", "DecisionSpec", "EarlyStopSpec", "Member", "expand",
+           "parse_campaign", "format_value", "campaign_dir", "config_hash", "run_label", "config_label", "match_config",
+           "baseline_label", "rule_text", "VOLATILE_KEYS", "MEMBER_DIR"]
 
 # Config keys that differ between runs of the same member without changing what is trained: where
 # it writes and which MLflow run it is (see :func:`config_hash`).
@@ -76,6 +77,30 @@ class PlanSpec(_M):
     auto: bool = False                         # apply its proposal without approval
 
 
+class DecisionSpec(_M):
+    """The decision the campaign is for, written before any run: adopt ``adopt`` if the metric gains at least
+    ``min_gain`` over the baseline with the interval above 0."""
+
+    adopt: dict[str, Any]                      # the candidate's swept values, e.g. {algo.lora.rank: 32}
+    min_gain: float = 0.0                      # in the metric's units (win rate 0.03 = 3 points)
+    rule: str = ""                             # the rule in words; "" = written from the fields (:func:`rule_text`)
+
+
+class EarlyStopSpec(_M):
+    """Stop configurations that are clearly behind at a checkpoint (members pause at each ``at`` update)."""
+
+    rule: Literal["halving", "behind"] = "halving"  # halving: keep the best ``keep`` fraction; behind: interval < 0
+    at: list[int] = Field(min_length=1)        # updates at which configurations are compared
+    keep: float = Field(default=0.5, gt=0, le=1)
+
+    @field_validator("at")
+    @classmethod
+    def _at(cls, v: list[int]) -> list[int]:
+        if any(x < 1 for x in v):
+            raise ValueError(f"early_stop.at={v}: updates start at 1")
+        return sorted(set(v))
+
+
 class CampaignSpec(_M):
     name: str
     description: str = ""
@@ -83,10 +108,16 @@ class CampaignSpec(_M):
     sweep: SweepSpec = Field(default_factory=SweepSpec)
     concurrency: int = Field(default=1, ge=1)        # >1 runs members as `python -m flows.train` processes
     budget_min: float | None = Field(default=None, gt=0)   # per night; no member starts after it
-    metric: str = "reward/mean"
+    metric: str = "auto"        # auto: eval/win | eval/reward where members run held-out eval groups, else reward/mean
     out_dir: str | None = None                       # default experiments/campaigns/<name>
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
     plan: PlanSpec = Field(default_factory=PlanSpec)
+    question: str = ""                               # what the campaign should find out, in words
+    baseline: dict[str, Any] | None = None           # swept values of the baseline; None = the first configuration
+    decision: DecisionSpec | None = None
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)  # of the intervals over seeds
+    early_stop: EarlyStopSpec | None = None
+    notes: str = ""                                  # a proposal's reason (cites the last report's answer)
 
     @field_validator("name")
     @classmethod
@@ -94,6 +125,19 @@ class CampaignSpec(_M):
         if not v.replace("_", "").replace("-", "").isalnum():
             raise ValueError(f"name {v!r}: use letters, digits, _ and -")
         return v
+
+    @model_validator(mode="after")
+    def _named_configs(self) -> CampaignSpec:
+        for where, values in (("baseline", self.baseline), ("decision.adopt", self.decision and self.decision.adopt)):
+            for k, v in (values or {}).items():
+                if k not in self.sweep.params:
+                    raise ValueError(f"{where}.{k}: not a swept key; swept: {', '.join(self.sweep.params) or 'none'}")
+                grid = self.sweep.params[k]
+                if isinstance(grid, list) and format_value(v) not in [format_value(x) for x in grid]:
+                    raise ValueError(f"{where}.{k}={format_value(v)}: not among the swept values {grid}")
+        if self.decision and self.baseline is not None and self.decision.adopt == self.baseline:
+            raise ValueError("decision.adopt: the candidate is the baseline itself; name another configuration")
+        return self
 
 
 def parse_campaign(data: dict[str, Any]) -> CampaignSpec:
@@ -128,7 +172,7 @@ class Member:
 
     @property
     def config_label(self) -> str:
-        return ",".join(f"{k}={format_value(v)}" for k, v in self.values.items()) or "base"
+        return config_label(self.values)
 
     @property
     def label(self) -> str:
@@ -196,6 +240,41 @@ def expand(spec: CampaignSpec) -> list[Member]:
                 seen.add(m.key)
                 members.append(m)
     return members
+
+
+def config_label(values: dict[str, Any]) -> str:
+    """A configuration's label from its swept values, as members and reports name it (``algo.lr=0.001``)."""
+    return ",".join(f"{k}={format_value(v)}" for k, v in values.items()) or "base"
+
+
+def match_config(spec: CampaignSpec, values: dict[str, Any], where: str = "config") -> str:
+    """The label of the one configuration of the sweep whose swept values include ``values``."""
+    configs = {m.config_label: m.values for m in expand(spec)}
+    hits = [label for label, vs in configs.items()
+            if all(format_value(vs.get(k)) == format_value(v) for k, v in values.items())]
+    if len(hits) != 1:
+        raise CampaignError(f"campaign {spec.name}: {where} {values} matches {len(hits)} configurations "
+                            f"(need exactly one); configurations: {', '.join(configs)}")
+    return hits[0]
+
+
+def baseline_label(spec: CampaignSpec) -> str:
+    """The baseline's label: ``baseline`` when given, else the first configuration of the sweep."""
+    if spec.baseline:
+        return match_config(spec, spec.baseline, "baseline")
+    first = expand(spec)
+    return first[0].config_label if first else "base"
+
+
+def rule_text(spec: CampaignSpec, metric: str) -> str:
+    """The decision rule in words: the researcher's ``decision.rule`` or one written from its fields."""
+    d = spec.decision
+    if d is None:
+        return ""
+    if d.rule:
+        return d.rule
+    return (f"adopt {match_config(spec, d.adopt, 'decision.adopt')} if {metric} gains >= {d.min_gain:g} over {baseline_label(spec)} "
+            f"with the {spec.confidence:.0%} interval above 0")
 
 
 def campaign_dir(spec: CampaignSpec) -> Path:
