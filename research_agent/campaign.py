@@ -4,11 +4,16 @@
   (:func:`research_agent.sweep.parse_campaign`, then every member's overrides are composed with
   Hydra against ``conf/train.yaml``) and sent back once with the error when invalid. ``--schedule``
   then serves it (``python -m flows.campaign +campaign=<name> --schedule``).
+  A plan states its question and decision rule (``question``, ``decision``) before any run; a plan
+  without them is sent back.
 - propose (``--propose <name>``, also called by ``flows.campaign`` after each night with
   ``plan.propose``): reads the night's ``report.md`` / ``analysis.json`` and proposes a revised
   campaign file (same name, so the next night continues the same parent MLflow run and skips
-  finished members). It is saved as ``<campaign dir>/proposals/pending.yaml`` and applied only
-  with ``--auto`` or the researcher's approval (``--approve <name>``, or answering y).
+  finished members), told which comparisons are unresolved (add seeds) and which lost (drop them).
+  The proposal keeps the question, the decision rule, the baseline and the metric as written before
+  the runs (one that changes them is sent back) and cites last night's answer (its ``notes`` and
+  header). It is saved as ``<campaign dir>/proposals/pending.yaml`` and applied only with ``--auto``
+  or the researcher's approval (``--approve <name>``, or answering y).
 
 It does not run members or analyse results (``flows.campaign`` / :mod:`research_agent.analysis`).
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import re
 import subprocess
 import sys
@@ -29,24 +35,38 @@ import yaml
 
 from research_agent.errors import CampaignError, LLMError, ResearchAgentError
 from research_agent.llm import CONF_DIR, ChatLLM, load_agent_config, load_settings
-from research_agent.sweep import CampaignSpec, campaign_dir, expand, parse_campaign
+from research_agent.sweep import CampaignSpec, baseline_label, campaign_dir, expand, match_config, parse_campaign
 
-__all__ = ["plan_campaign", "propose_next", "approve", "Proposal", "check_campaign", "load_campaign_file", "main"]
+__all__ = ["plan_campaign", "propose_next", "approve", "Proposal", "check_campaign", "load_campaign_file", "main",
+           "last_answer", "FROZEN"]
 
 PLAN_SYSTEM = """You plan training campaigns for swarmpool (RL for LLM agents). A campaign file is YAML:
 name: <identifier>
 description: <one line>
+question: <what the campaign should find out, one sentence>
 base: [Hydra overrides of conf/train.yaml every member gets, e.g. "+task=math", "train.updates=200"]
 sweep: {mode: grid|random, params: {<override key>: [values]}, seeds: [0, 1, 2]}
+baseline: {<swept key>: <value>}      # the configuration every other one is compared with
+decision: {adopt: {<swept key>: <value>}, min_gain: <in the metric's units>, rule: "<the rule in words>"}
+confidence: 0.95
+early_stop: null | {rule: halving|behind, at: [<update>], keep: 0.5}
 concurrency: 1
 budget_min: <minutes per night>
-metric: reward/mean
+metric: auto                          # held-out eval metric where the task runs eval groups (task.eval_every)
 schedule: {cron: "0 22 * * *", timezone: UTC, nights: <n>}
 plan: {propose: true, auto: false}
+notes: <why this revision; in a proposal, cite last night's answer>
+State the question and the decision rule before any run: "adopt X if <metric> gains >= g over the baseline
+with the 95% interval above 0" (the report answers it in one line). Several seeds per configuration: the
+report compares over seeds, paired by seed. Set task.eval_every in base (e.g. 4) so the held-out eval metric
+decides, not the training reward.
 Keys of conf/train.yaml you may sweep or set: seed, task.group_size, task.temperature, task.max_tokens,
-train.updates, train.max_staleness, algo.lr, algo.kl_coef, algo.clip_low, algo.clip_high, algo.lora.rank,
-algo.lora.alpha, algo.scale_std, batching.min_groups. Tasks: {tasks}.
+task.eval_every, train.updates, train.max_staleness, algo.lr, algo.kl_coef, algo.clip_low, algo.clip_high,
+algo.lora.rank, algo.lora.alpha, algo.scale_std, batching.min_groups, model.warmup (tiny model). Tasks: {tasks}.
 Answer with the YAML only, in a ```yaml block."""
+
+# What a proposal keeps as the campaign file had it: decided before the runs, not after seeing them.
+FROZEN = ("question", "decision", "baseline", "metric", "confidence")
 
 
 def _tasks(conf_dir: Path) -> str:
@@ -70,6 +90,9 @@ def check_campaign(spec: CampaignSpec, conf_dir: Path) -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    if spec.decision is not None:
+        match_config(spec, spec.decision.adopt, "decision.adopt")
+    baseline_label(spec)  # the baseline names one configuration
     with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base=None):
         for m in expand(spec):
             try:
@@ -79,7 +102,26 @@ def check_campaign(spec: CampaignSpec, conf_dir: Path) -> None:
                                     f"{exc}") from exc
 
 
-def _ask(llm: ChatLLM, messages: list[dict[str, str]], conf_dir: Path, stage: str, name: str | None) -> CampaignSpec:
+def _require_rule(spec: CampaignSpec) -> None:
+    if not spec.question or spec.decision is None:
+        raise CampaignError("state the question and the decision rule before any run: question: <one sentence>, "
+                            "decision: {adopt: {<swept key>: <value>}, min_gain: <gain>, rule: <in words>}")
+
+
+def _keeps(current: CampaignSpec) -> Any:
+    """A check that a proposal keeps what ``current`` decided before the runs (:data:`FROZEN`)."""
+    def check(spec: CampaignSpec) -> None:
+        changed = [k for k in FROZEN if getattr(spec, k) != getattr(current, k)]
+        if changed and (current.question or current.decision is not None):
+            was = {k: getattr(current, k) for k in changed}
+            raise CampaignError(f"a proposal keeps {', '.join(changed)} as written before the runs ({was}): a rule "
+                                "changed after seeing the results decides nothing; change seeds, configurations, "
+                                "updates or the schedule only")
+    return check
+
+
+def _ask(llm: ChatLLM, messages: list[dict[str, str]], conf_dir: Path, stage: str, name: str | None,
+         extra: Any = None) -> CampaignSpec:
     err: Exception | None = None
     for _ in range(2):
         answer = llm.complete(messages, stage=stage)
@@ -88,6 +130,8 @@ def _ask(llm: ChatLLM, messages: list[dict[str, str]], conf_dir: Path, stage: st
             if name:
                 data["name"] = name
             spec = parse_campaign(data)
+            if extra is not None:
+                extra(spec)
             check_campaign(spec, conf_dir)
             return spec
         except (LLMError, CampaignError) as exc:
@@ -115,7 +159,7 @@ def plan_campaign(llm: ChatLLM, description: str, conf_dir: Path | str = CONF_DI
     conf_dir = Path(conf_dir)
     messages = [{"role": "system", "content": PLAN_SYSTEM.replace("{tasks}", _tasks(conf_dir))},
                 {"role": "user", "content": description}]
-    spec = _ask(llm, messages, conf_dir, "plan", name)
+    spec = _ask(llm, messages, conf_dir, "plan", name, _require_rule)
     if not spec.description:
         spec = spec.model_copy(update={"description": description})
     path = conf_dir / "campaign" / f"{spec.name}.yaml"
@@ -132,9 +176,30 @@ class Proposal:
     applied: bool = False
 
 
+def last_answer(folder: Path) -> tuple[str, str]:
+    """Last night's one-line answer and, per configuration, what to do with it (from ``analysis.json``)."""
+    f = folder / "analysis.json"
+    comp = (json.loads(f.read_text()).get("comparison") or {}) if f.exists() else {}
+    if not comp:
+        return "", ""
+    todo = {"not resolved": "unresolved: add seeds", "worse": "lost: drop it", "stopped early": "lost: drop it",
+            "better": "resolved better: keep it", "no result": "no finished member yet: keep it",
+            "baseline": "the baseline: keep it"}
+    lines = [f"- {r['config']}: {r['verdict']} ({r.get('note') or 'n=' + str(r['seeds'])}) -> {todo.get(r['verdict'], 'keep')}"
+             for r in comp.get("rows", [])]
+    return comp["answer"]["line"], "\n".join(lines)
+
+
+def _cite(spec: CampaignSpec, answer: str) -> CampaignSpec:
+    """The proposal's notes, citing last night's answer before the planner's own reason."""
+    own = spec.notes.split("This revision:", 1)[-1].strip() if "This revision:" in spec.notes else spec.notes.strip()
+    return spec.model_copy(update={"notes": f"Last night: {answer}\nThis revision: {own or '(no reason given)'}"})
+
+
 def propose_next(llm: ChatLLM, name: str, folder: Path | None = None, conf_dir: Path | str = CONF_DIR,
                  auto: bool = False) -> Proposal:
-    """Read the campaign's report and propose its next revision; apply it only with ``auto``."""
+    """Read the campaign's report and propose its next revision, citing last night's answer (seeds added where
+    unresolved, losers dropped); the question and decision rule stay; apply it only with ``auto``."""
     conf_dir = Path(conf_dir)
     current = load_campaign_file(name, conf_dir)
     folder = Path(folder) if folder else campaign_dir(current)
@@ -143,13 +208,21 @@ def propose_next(llm: ChatLLM, name: str, folder: Path | None = None, conf_dir: 
         raise CampaignError(f"{report} does not exist: run a night first (python -m flows.campaign +campaign={name})")
     current_text = (conf_dir / "campaign" / f"{name}.yaml").read_text()
     analysis = (folder / "analysis.json").read_text()[:20000] if (folder / "analysis.json").exists() else ""
+    answer, per_config = last_answer(folder)
+    verdicts = (f"Last night's answer: {answer}\nPer configuration against the baseline:\n{per_config}\n"
+                "Add seeds where a comparison is unresolved, drop configurations that lost, keep the question, "
+                f"the decision rule, the baseline and the metric as they are ({', '.join(FROZEN)}), and cite the "
+                "answer in notes.\n\n" if answer else "")
     messages = [{"role": "system", "content": PLAN_SYSTEM.replace("{tasks}", _tasks(conf_dir))},
                 {"role": "user", "content": f"The campaign file:\n```yaml\n{current_text}```\n\nLast night's report:\n"
-                                            f"{report.read_text()}\n\nanalysis.json:\n{analysis}\n\nPropose the next "
-                                            "revision of this campaign (keep the name; members already finished are "
-                                            "kept in MLflow and not rerun). Explain nothing; answer with the YAML."}]
-    spec = _ask(llm, messages, conf_dir, "propose", name)
-    text = _dump(spec, f"Proposed by the research agent after {time.strftime('%Y-%m-%d %H:%M')} from {report}")
+                                            f"{report.read_text()}\n\nanalysis.json:\n{analysis}\n\n{verdicts}Propose "
+                                            "the next revision of this campaign (keep the name; members already "
+                                            "finished are kept in MLflow and not rerun). Answer with the YAML."}]
+    spec = _ask(llm, messages, conf_dir, "propose", name, _keeps(current))
+    if answer:
+        spec = _cite(spec, answer)
+    header = f"Proposed by the research agent after {time.strftime('%Y-%m-%d %H:%M')} from {report}"
+    text = _dump(spec, header + (f"\n# Last night's answer: {answer}" if answer else ""))
     pending = folder / "proposals" / "pending.yaml"
     pending.parent.mkdir(parents=True, exist_ok=True)
     pending.write_text(text)

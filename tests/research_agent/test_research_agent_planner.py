@@ -1,38 +1,54 @@
-"""The campaign planner with a scripted fake LLM: plan a campaign file (an invalid first answer is
-sent back), propose the next night's revision from a report, apply it only on approval or --auto."""
+"""The campaign planner with a scripted fake LLM (a stand-in for the paid API): a plan states its question and
+decision rule before any run (an invalid first answer, or one without a rule, is sent back); the next night's
+proposal reads a real report (research_agent.analysis), is told what is unresolved and what lost, keeps the
+rule (a changed rule is sent back), cites the answer; applied only on approval or --auto."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
+from research_agent.analysis import MemberResult, study, write_report
 from research_agent.campaign import approve, main, plan_campaign, propose_next
 from research_agent.errors import CampaignError
 from research_agent.llm import ChatLLM
-from research_agent.sweep import expand, parse_campaign
+from research_agent.sweep import baseline_label, expand, parse_campaign
 
 REPO = Path(__file__).resolve().parents[2]
 
-PLAN_BAD = """```yaml
+RULE = """question: is LoRA rank 32 worth it over rank 8 on math?
+baseline: {algo.lora.rank: 8}
+decision: {adopt: {algo.lora.rank: 32}, min_gain: 0.03, rule: adopt rank 32 if held-out reward gains >= 3 points}
+"""
+PLAN_NO_RULE = """```yaml
 name: math_lora
-base: ["+task=math", "train.updates=200"]
-sweep: {mode: grid, params: {algo.lora.rnk: [8, 32]}, seeds: [0, 1, 2]}
+base: ["+task=math", "train.updates=200", "task.eval_every=4"]
+sweep: {mode: grid, params: {algo.lora.rank: [8, 32]}, seeds: [0]}
 schedule: {cron: "0 22 * * *", timezone: UTC, nights: 3}
 ```"""
-PLAN_GOOD = PLAN_BAD.replace("rnk", "rank")
-PROPOSAL = PLAN_GOOD.replace("[8, 32]", "[16, 32, 64]").replace("nights: 3", "nights: 2")
+PLAN_GOOD = PLAN_NO_RULE.replace("```yaml\n", "```yaml\n" + RULE)
+PLAN_BAD = PLAN_GOOD.replace("algo.lora.rank: [8, 32]", "algo.lora.rnk: [8, 32]")
+
+
+def _proposal(seeds: list[int], min_gain: float = 0.03) -> str:
+    """The planner's next revision: more seeds (and, to be refused, another required gain)."""
+    data = yaml.safe_load(PLAN_GOOD.strip("`").removeprefix("yaml\n"))
+    data["sweep"]["seeds"], data["decision"]["min_gain"], data["schedule"]["nights"] = seeds, min_gain, 2
+    data["notes"] = "more seeds for rank 32"
+    return f"```yaml\n{yaml.safe_dump(data)}```"
 
 
 def planner_script(messages: list[dict]) -> str:
     assert messages[0]["content"].startswith("You plan")
     last = messages[-1]["content"]
-    if "Last night's report" in last:
-        assert "rank 32 beats 8" in last  # the report reached the LLM
-        return PROPOSAL
+    if "Last night's answer: not resolved: algo.lora.rank=32 vs algo.lora.rank=8" in last:
+        assert "- algo.lora.rank=32: not resolved (1 seed(s): an interval needs 2 or more) -> unresolved: add seeds" in last
+        return _proposal([0, 1, 2], min_gain=0.01)  # moves the goalposts: sent back
+    if "a proposal keeps decision as written before the runs" in last:
+        return _proposal([0, 1, 2])
     if "invalid" in last:
         assert "algo.lora.rnk" in last
         return PLAN_GOOD
@@ -45,24 +61,39 @@ def conf(tmp_path: Path) -> Path:
     return tmp_path / "conf"
 
 
-def test_plan_then_propose_and_approve(fake_llm, conf: Path, tmp_path: Path) -> None:
+def _night(folder: Path, spec_seeds: list[int]) -> str:
+    """One night's real report: rank 8 and 32 on one seed each (unresolved), written by the analysis."""
+    results = [MemberResult(f"r{k}{s}", f"m{k}{s}", f"algo.lora.rank={k}", {"algo.lora.rank": k}, s, "FINISHED",
+                            [(1, v)]) for k, v in ((8, 0.44), (32, 0.61)) for s in spec_seeds]
+    st = study(results, "algo.lora.rank=8", "eval/reward", question="is rank 32 worth it?",
+               rule="adopt rank 32 if ...", candidate="algo.lora.rank=32", min_gain=0.03)
+    write_report("math_lora", results, ["algo.lora.rank"], "eval/reward", folder, st=st)
+    return st.answer.line
+
+
+def test_plan_states_its_rule_then_propose_cites_the_answer_and_approve(fake_llm, conf: Path, tmp_path: Path) -> None:
     fake = fake_llm(planner_script)
     llm = ChatLLM(fake.settings())
     path = plan_campaign(llm, "compare LoRA ranks 8 and 32 on math over three nights", conf)
-    assert path == conf / "campaign" / "math_lora.yaml" and len(fake.requests) == 2
+    assert path == conf / "campaign" / "math_lora.yaml" and len(fake.requests) == 2  # a bad key went back once
     spec = parse_campaign(yaml.safe_load(path.read_text()))
-    assert spec.sweep.params == {"algo.lora.rank": [8, 32]} and len(expand(spec)) == 6 and spec.schedule.nights == 3
+    assert spec.sweep.params == {"algo.lora.rank": [8, 32]} and len(expand(spec)) == 2 and spec.schedule.nights == 3
+    assert spec.question and spec.decision is not None and spec.decision.min_gain == 0.03
+    assert baseline_label(spec) == "algo.lora.rank=8"
 
-    # a night ran: its report and analysis are in the campaign folder
+    # a night ran: its report and analysis.json are in the campaign folder (one seed: not resolved)
     folder = tmp_path / "campaign_out"
-    folder.mkdir()
-    (folder / "report.md").write_text("# Campaign math_lora\n\nrank 32 beats 8: final 0.61 ± 0.02 vs 0.44 ± 0.05.\n")
-    (folder / "analysis.json").write_text(json.dumps({"ranking": [{"config": "algo.lora.rank=32", "final_mean": 0.61}]}))
+    answer = _night(folder, [0])
+    assert answer.startswith("not resolved: algo.lora.rank=32 vs algo.lora.rank=8")
     before = path.read_text()
     prop = propose_next(llm, "math_lora", folder, conf)
+    assert len(fake.requests) == 4  # the proposal that changed min_gain went back once
     assert not prop.applied and path.read_text() == before  # nothing applied without approval
-    assert prop.path == folder / "proposals" / "pending.yaml" and any(ln.startswith("+") and "- 64" in ln for ln in prop.diff.splitlines())
-    assert prop.spec.sweep.params["algo.lora.rank"] == [16, 32, 64] and prop.spec.name == "math_lora"
+    assert prop.spec.sweep.seeds == [0, 1, 2] and prop.spec.decision == spec.decision  # seeds added, rule kept
+    assert prop.spec.notes == f"Last night: {answer}\nThis revision: more seeds for rank 32"
+    pending = prop.path.read_text()
+    assert prop.path == folder / "proposals" / "pending.yaml" and f"# Last night's answer: {answer}" in pending
+    assert any(ln.startswith("+") and "- 2" in ln for ln in prop.diff.splitlines())
     assert approve("math_lora", folder, conf) == path
     assert parse_campaign(yaml.safe_load(path.read_text())).schedule.nights == 2
     assert not (folder / "proposals" / "pending.yaml").exists()
@@ -71,13 +102,28 @@ def test_plan_then_propose_and_approve(fake_llm, conf: Path, tmp_path: Path) -> 
         approve("math_lora", folder, conf)
 
     # --auto applies at once; the CLI approves a pending one
-    (path).write_text(before)
+    path.write_text(before)
     assert propose_next(llm, "math_lora", folder, conf, auto=True).applied
-    assert "64" in path.read_text()
+    assert parse_campaign(yaml.safe_load(path.read_text())).sweep.seeds == [0, 1, 2]
     path.write_text(before)
     propose_next(llm, "math_lora", folder, conf)
     assert main(["--approve", "math_lora", "--conf-dir", str(conf)]) != 0  # its folder comes from the file's out_dir
     spec_text = yaml.safe_load(before)
     spec_text["out_dir"] = str(folder)
     path.write_text(yaml.safe_dump(spec_text))
-    assert main(["--approve", "math_lora", "--conf-dir", str(conf)]) == 0 and "64" in path.read_text()
+    assert main(["--approve", "math_lora", "--conf-dir", str(conf)]) == 0
+    assert parse_campaign(yaml.safe_load(path.read_text())).sweep.seeds == [0, 1, 2]
+
+
+def test_a_plan_without_a_rule_goes_back_and_one_that_never_states_it_fails(fake_llm, conf: Path) -> None:
+    def script(messages: list[dict]) -> str:
+        return PLAN_GOOD if "state the question and the decision rule" in messages[-1]["content"] else PLAN_NO_RULE
+
+    fake = fake_llm(script)
+    path = plan_campaign(ChatLLM(fake.settings()), "compare LoRA ranks", conf)
+    assert len(fake.requests) == 2 and parse_campaign(yaml.safe_load(path.read_text())).decision is not None
+    path.unlink()
+    llm = ChatLLM(fake_llm(lambda messages: PLAN_NO_RULE).settings())
+    with pytest.raises(CampaignError, match="no valid campaign after 2 answers: state the question and the decision"):
+        plan_campaign(llm, "compare LoRA ranks", conf)
+    assert not path.exists()
