@@ -51,7 +51,7 @@ async def post_json(client: httpx.AsyncClient, path: str, body: dict[str, Any], 
     try:
         resp = await client.post(path, json=body)
     except httpx.HTTPError as e:
-        raise backend_error(e, str(client.base_url) + path) from e
+        raise backend_error(e, str(client.base_url).rstrip("/") + path) from e
     raise_for_status(resp, **context)
     try:
         return resp.json()
@@ -80,7 +80,7 @@ async def sse_events(client: httpx.AsyncClient, path: str, body: dict[str, Any],
                     raise BackendError(f"upstream stream error: {event['error']}", **context)
                 yield event
     except httpx.HTTPError as e:
-        raise backend_error(e, str(client.base_url) + path) from e
+        raise backend_error(e, str(client.base_url).rstrip("/") + path) from e
 
 
 def token_id(token: Any) -> int | None:

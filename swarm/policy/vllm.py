@@ -9,8 +9,9 @@ sampling defaults from the checkpoint); see docs/policy.md. The fields sent and 
 against vLLM v0.33.0's protocol source in ``tests/policy/test_vllm_contract.py``.
 
 LoRA: ``load_weights`` writes the adapter to ``adapter_dir/<policy>-v<version>`` and loads it with
-``POST /v1/load_lora_adapter`` under that new name (vLLM refuses a loaded name unless
-``load_inplace``, and a new name lets each response's ``model`` say which version ran), checks
+``POST /v1/load_lora_adapter`` under that new name (a new name lets each response's ``model`` say which version ran; ``load_inplace``
+replaces an adapter of that name a server kept from an earlier run, e.g. one resumed from an older
+checkpoint), checks
 ``/v1/models`` lists it, switches the policy to it, and unloads the previous adapter once no
 request uses it. Every response's ``model`` is checked against the adapter
 requested, so a stale adapter is never recorded as the new version.
@@ -306,7 +307,10 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         path = self.adapter_dir / name
         self._write_adapter(path, adapter_state, cfg)
         try:
-            resp = self._sync.post("/load_lora_adapter", json={"lora_name": name, "lora_path": str(path.resolve())})
+            # load_inplace: a server that outlived an earlier run (resumed from a checkpoint older than its last
+            # publish, or a test session's) may hold this name with other weights; ours must be what it serves
+            resp = self._sync.post("/load_lora_adapter", json={"lora_name": name, "lora_path": str(path.resolve()),
+                                                               "load_inplace": True})
         except httpx.HTTPError as e:
             raise backend_error(e, self.base_url + "/load_lora_adapter") from e
         raise_for_status(resp, policy=policy)

@@ -211,13 +211,16 @@ class VLLMServer:
         return f"; last lines of {self.log_path}:\n{tail}" if tail else f" (no log at {self.log_path})"
 
     # ----------------------------------------------------------------------------- lifecycle
-    def start(self) -> VLLMServer:
-        """Spawn the server and wait until ``GET /health`` answers 200; raise :class:`VLLMServerError` if not."""
+    def start(self, port_taken: bool = False) -> VLLMServer:
+        """Spawn the server and wait until it is ready (see ``_wait_ready``); raise :class:`VLLMServerError` if not.
+
+        ``port_taken``: this is the second try after the picked port went to another process (once only)."""
         with self._lock:
             if self.alive():
                 return self
             if not self.python.exists():
                 raise VLLMServerError(f"no vLLM venv at {self.python}: run `make vllm-venv` (or set SWARM_VLLM_PYTHON)")
+            picked = not self.port
             self.port = self.port or _free_port()
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             cmd = [str(self.python), "-c", _BOOTSTRAP, str(os.getpid()), ENTRY_MODULE,
@@ -233,6 +236,14 @@ class VLLMServer:
                  self.log_path)
         try:
             self._wait_ready(t0)
+        except VLLMServerError as exc:
+            self.stop()
+            if port_taken or not picked or "address already in use" not in str(exc).lower():
+                raise
+            # the free port we picked was taken by another process before vLLM bound it: once more on a new one
+            log.warning("vllm: port %d was taken while the server started; starting again on another", self.port)
+            self.port = 0
+            return self.start(port_taken=True)
         except BaseException:  # not ready, died, or Ctrl-C while waiting: leave nothing running
             self.stop()
             raise
@@ -241,15 +252,19 @@ class VLLMServer:
         return self
 
     def _wait_ready(self, t0: float) -> None:
+        """Until ``GET /health`` answers 200 *and* ``GET /v1/models`` lists our served name: a free port we picked can
+        be taken by another process before vLLM binds it (seen under a parallel test run), and its /health must not
+        pass for ours (vLLM then fails to bind and exits, and :meth:`start` tries once more)."""
         next_note = t0 + self.progress_s
         with httpx.Client(timeout=5.0) as client:
             while True:
                 self.check()
                 try:
-                    if client.get(self.url + "/health").status_code == 200:
+                    if client.get(self.url + "/health").status_code == 200 and self.served_model_name in {
+                            m.get("id") for m in client.get(self.url + "/v1/models").json().get("data", [])}:
                         return
-                except httpx.HTTPError:
-                    pass  # not listening yet: vLLM opens the port after the engine is up
+                except (httpx.HTTPError, ValueError, AttributeError):
+                    pass  # not listening yet (vLLM opens the port after the engine is up), or not vLLM
                 now = time.monotonic()
                 if now - t0 > self.startup_timeout_s:
                     raise VLLMServerError(f"the vllm server on {self.url} was not ready after "

@@ -227,6 +227,13 @@ def test_load_weights_uses_a_new_adapter_name_per_version(vllm_backend, fake_vll
         vllm_backend.load_weights("default", _adapter_state(), version=2)
 
 
+def test_a_name_an_earlier_run_left_loaded_is_replaced_by_this_runs_weights(vllm_backend, fake_vllm, tmp_path):
+    """A server that outlived a run (resumed from an older checkpoint) still holds default-v1: load_inplace."""
+    fake_vllm.adapters["default-v1"] = "/elsewhere/default-v1"
+    vllm_backend.load_weights("default", _adapter_state(), version=1)
+    assert fake_vllm.adapters["default-v1"] == str((tmp_path / "adapters" / "default-v1").resolve())
+
+
 def test_adapter_in_use_is_unloaded_after_its_last_request(vllm_backend, fake_vllm):
     vllm_backend.load_weights("default", _adapter_state(), version=1)
     name, version = vllm_backend._acquire("default")  # a request on v1 still in flight

@@ -73,3 +73,48 @@ def test_a_real_vllm_steps_mismatch_against_the_trainers_recompute_is_small(vllm
     finally:
         server.stop()
         pool.close()
+
+
+def test_a_real_mismatch_is_measured_and_the_decoupled_ratio_with_tis_weights_it(vllm_server: Any,
+                                                                                 vllm_model_path: Path,
+                                                                                 tmp_path: Path) -> None:
+    """A mismatch made real: sampled with top_k=4, vLLM records the logprobs of the truncated distribution (processed
+    logprobs) while the trainer recomputes the full softmax, so every token's pi/mu < 1. The update measures it
+    (``mismatch/*``) and, with ``ratio=decoupled`` and ``tis_cap``, weights each token's loss by min(pi/mu, cap):
+    the documented remedy engages (``train/tis_weight_mean`` < 1); the run's health warns at half the limit."""
+    from swarm.app import GatewaySettings, create_app
+    from swarm.pool import Pool
+    from swarm.stack import ServerThread
+    from swarm.train import Ledger, TrainConfig, Trainer
+    from swarm.train.health import RunHealth
+    from swarm.update import UpdateSettings, run_update
+
+    backend = VLLMBackend(vllm_server.url, "smollm2", policies={"tis": SPEC}, tokenizer_path=str(vllm_model_path),
+                          adapter_dir=str(tmp_path / "adapters"))
+    pool = Pool(f"sqlite:///{tmp_path / 'pool.db'}")
+    server = ServerThread(create_app(pool, backend, GatewaySettings())).start()
+    try:
+        for k in range(2):
+            ep = httpx.post(f"{server.url}/v1/episodes", json={"task": "vllm", "group_id": "topk"}).json()
+            client = openai.OpenAI(base_url=ep["base_url"], api_key=ep["api_key"], max_retries=0)
+            client.chat.completions.create(model="tis", messages=[{"role": "user", "content": f"Count to {k + 3}."}],
+                                           max_tokens=12, temperature=1.0, seed=k, extra_body={"top_k": 4})
+            httpx.post(f"{server.url}/v1/episodes/{ep['episode_id']}/end", json={"reward": float(k)},
+                       headers={"Authorization": f"Bearer {ep['api_key']}"}).raise_for_status()
+        trainer = Trainer.from_pretrained(vllm_model_path, TrainConfig(lr=1e-3, lora=SPEC, pad_id=2, ratio="decoupled",
+                                                                       tis_cap=2.0),
+                                          policy="tis", backend=backend, out_dir=tmp_path)
+        got = run_update(Ledger(trainer, pool), UpdateSettings(strategy="groups", min_episodes=1, min_groups=1,
+                                                               group_size=2, timeout_s=60.0, max_staleness=0),
+                         threading.Event())
+        assert got is not None
+        m, _ = got
+        print(f"top_k=4 on vLLM vs the trainer's full softmax: mismatch mean {m['mismatch/logprob_abs_mean']:.3f} max "
+              f"{m['mismatch/logprob_abs_max']:.3f}; tis_weight_mean {m['train/tis_weight_mean']:.3f}")
+        assert m["mismatch/logprob_abs_mean"] > 100 * MEAN_TOL  # measured, not hidden
+        assert m["train/tis_weight_mean"] < 0.99  # the truncated-IS weight pi/mu acts on the loss
+        verdict = RunHealth(max_mismatch=1.9 * m["mismatch/logprob_abs_mean"]).check("tis", trainer.version, m)
+        assert verdict.warnings and verdict.stop is None  # past half the limit: warned, not stopped
+    finally:
+        server.stop()
+        pool.close()

@@ -319,7 +319,7 @@ def test_the_contract_holds_for_the_installed_vllm_and_its_differences_from_033_
 # A few seconds instead of a vLLM start each: the same bootstrap, process group and readiness wait around a stand-in
 # "API server" that starts an "engine" child, as vLLM does (its real run: the session server above).
 FAKE_ENTRY = '''
-import argparse, http.server, os, subprocess, sys
+import argparse, http.server, json, os, subprocess, sys
 args, _ = argparse.ArgumentParser().parse_known_args()
 port = int(sys.argv[sys.argv.index("--port") + 1])
 print("fake vllm: loading", flush=True)
@@ -328,9 +328,11 @@ if os.environ.get("FAKE_FAIL"):
 engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 with open(os.environ["FAKE_PIDS"], "w") as f:
     f.write(f"{os.getpid()} {engine.pid}")
+name = sys.argv[sys.argv.index("--served-model-name") + 1]
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        self.send_response(200); self.end_headers()
+        body = json.dumps({"data": [{"id": name}]}).encode() if self.path == "/v1/models" else b""
+        self.send_response(200); self.end_headers(); self.wfile.write(body)
 http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 '''
 STARTER = '''
@@ -504,3 +506,33 @@ def test_seeded_calls_whose_prompts_overflow_one_step_keep_the_engine_alive(vllm
 
     assert asyncio.run(main()) == [200] * 32
     assert httpx.get(f"{vllm_server.url}/health").status_code == 200
+
+
+def test_a_port_taken_before_the_server_binds_it_is_not_mistaken_for_the_server(fake_entry, tmp_path, monkeypatch):
+    """Another process answers /health on the port we picked: not ours (no such served model), so we wait; our
+    server fails to bind and starts once more on another port."""
+    import http.server
+    import sys
+    import threading
+
+    import swarm.policy.vllm_server as vs
+
+    squatter = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=squatter.serve_forever, daemon=True).start()
+    taken = squatter.server_address[1]
+    ports = iter([taken])
+    monkeypatch.setattr(vs, "_free_port", lambda: next(ports, 0) or _next_free())
+    try:
+        with vs.VLLMServer("m", tmp_path / "server.log", python=sys.executable, env=fake_entry) as server:
+            assert server.port != taken and httpx.get(server.url + "/v1/models").json()["data"][0]["id"] == "m"
+            assert "Address already in use" in server.log_path.read_text()
+    finally:
+        squatter.shutdown()
+
+
+def _next_free() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
