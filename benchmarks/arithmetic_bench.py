@@ -38,7 +38,7 @@ first 5 and the last 5 updates. With ``hf`` the next-to-last (or last) line is
     .venv/bin/python benchmarks/arithmetic_bench.py [--updates 30] [--lr 5e-4] [--samples 8]
     .venv/bin/python benchmarks/arithmetic_bench.py --backends hf,vllm --updates 5 --samples 4
 
-Measured (2-core x86_64, AVX2, load ~0.1-1.7, 2026-12-06; ``--backends hf,vllm --updates 10 --samples 4``): hf
+Measured (2-core x86_64, AVX2, load ~0.1-1.7; ``--backends hf,vllm --updates 10 --samples 4``): hf
 13.8% -> 72.4% (CI of the gain 47.4..69.7), 12.6 s/update, 15.3 CPU-s/update; vllm 13.8% -> 67.1% (CI 43.7..62.9),
 20.4 s/update, 40.4 CPU-s/update (ratio 1.63 wall, 2.63 CPU). At 5 updates two runs gave hf 40.8% / 20.4% (CI
 -1.6..14.8) and vllm 31.6% / 33.6% (CI 11.2..28.2): training samples are not seeded, and 5 updates are noisy.
