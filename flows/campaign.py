@@ -4,19 +4,24 @@ One night of a campaign (:func:`campaign_flow`): compose ``conf/train.yaml`` + `
 (``--config-dir DIR`` is searched first, then the repository's ``conf/``, so a generated task kept
 outside the repository can be swept), find or open the campaign's parent MLflow run (tag
 ``swarm.campaign``), compose every member's full config and hash it
-(:func:`research_agent.sweep.config_hash`), skip members whose hash matches a FINISHED run there
-(tag ``swarm.member_hash``; a changed base config or ``train.updates`` reruns them), run the rest
-as real ``flows.train`` runs nested under the parent (in this process, or as ``python -m
-flows.train`` processes when ``concurrency > 1``) until the time budget is spent, mark failures
-FAILED and go on, then analyse the current members' runs (:mod:`research_agent.analysis`) and log
-the report with its plots as parent-run artifacts and under ``campaign.out_dir`` (default
-``experiments/campaigns/<name>/``). With ``plan.propose`` the LLM planner then proposes the next
-campaign file (applied only with ``plan.auto``).
+(:func:`research_agent.sweep.config_hash`), skip members whose hash matches a run there that is done
+(FINISHED and complete, or stopped early; tag ``swarm.member_hash``; a changed base config or
+``train.updates`` reruns them), run the rest as real ``flows.train`` runs nested under the parent (in this
+process, or as ``python -m flows.train`` processes when ``concurrency > 1``) until the time budget is
+spent (:mod:`flows.campaign_runners`): with ``early_stop`` every member pauses at each of its
+checkpoints, where the stated rule (successive halving, or "clearly behind the baseline") stops some;
+a member that crashed or was killed on an earlier night resumes from its last checkpoint. Then compare
+each configuration with the baseline over seeds and answer the campaign's decision rule
+(:func:`research_agent.analysis.study`), and write the report with its plots under ``campaign.out_dir``
+(default ``experiments/campaigns/<name>/``) and on the parent run (:mod:`flows.campaign_tracking`).
+With ``plan.propose`` the LLM planner then proposes the next campaign file, citing the answer (applied
+only with ``plan.auto``).
 
 Each member run is named for what differs (``echo lr=0.001 seed=0``) and tagged ``swarm.task``,
-``swarm.model``, ``swarm.campaign``, ``swarm.member_hash``. The terminal shows each member with its
-overrides as it starts and a table of results at the end. Composing members (search path, overrides,
-config hash, run names) lives in :mod:`flows.campaign_members`.
+``swarm.model``, ``swarm.campaign``, ``swarm.member_hash``, ``swarm.member_state``. The terminal shows each
+member with its overrides as it starts, a table of results, the comparison with the baseline and the
+answer. Composing members (search path, overrides, config hash, run names) lives in
+:mod:`flows.campaign_members`.
 
 ``--schedule`` serves the same flow as a Prefect deployment on ``campaign.schedule.cron``; a
 scheduled night after ``schedule.nights`` nights does nothing. Command-line overrides other than
@@ -25,20 +30,12 @@ scheduled night after ``schedule.nights`` nights does nothing. Command-line over
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import mlflow
-from omegaconf import OmegaConf
 from prefect import flow, get_run_logger
 from rich.console import Console
 from rich.table import Table
@@ -47,157 +44,21 @@ from flows import tracking
 from flows.campaign_members import (
     MemberPlan,
     compose_config,
-    config_flags,
     load_campaign,
     member_overrides,
     plan_members,
 )
-from research_agent.analysis import MemberResult, collect, current, write_report
-from research_agent.sweep import CampaignSpec, Member, expand
+from flows.campaign_runners import Outcome, inprocess_runner, process_runner, run_members, run_night
+from flows.campaign_tracking import is_done, log_report, parent_run, settle
+from research_agent.analysis import MemberResult, Study, current, measure, study, write_report
+from research_agent.campaign_stats import behind, halving
+from research_agent.sweep import CampaignSpec, baseline_label, expand, match_config, rule_text
 
 __all__ = ["campaign_flow", "compose_config", "member_overrides", "plan_members", "MemberPlan", "run_members",
            "Outcome", "schedule_kwargs", "deployment", "main"]
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
-
-
-@dataclass
-class Outcome:
-    key: str
-    status: str            # FINISHED | FAILED | KILLED | SKIPPED (budget)
-    run_id: str | None = None
-    error: str = ""
-
-
-def run_members(members: list[Member], run_one: Callable[[Member, float | None], Outcome], concurrency: int = 1,
-                budget_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> list[Outcome]:
-    """Run members (``concurrency`` at a time); one failing does not stop the others; none starts
-    after ``budget_s`` (those are SKIPPED). ``run_one(member, deadline)`` may stop at ``deadline``."""
-    t0 = clock()
-    deadline = None if budget_s is None else t0 + budget_s
-
-    def one(m: Member) -> Outcome:
-        if deadline is not None and clock() >= deadline:
-            return Outcome(m.key, "SKIPPED", error="time budget spent")
-        try:
-            return run_one(m, deadline)
-        except Exception as exc:  # a failed member is a result; the campaign goes on
-            return Outcome(m.key, "FAILED", error=f"{type(exc).__name__}: {exc}")
-
-    if concurrency <= 1:
-        return [one(m) for m in members]
-    with ThreadPoolExecutor(concurrency, thread_name_prefix="campaign-member") as ex:
-        return list(ex.map(one, members))
-
-
-def _record_failure(spec: CampaignSpec, plan: MemberPlan, outcome: Outcome, parent_id: str, t0: float) -> None:
-    """Mark the member's run FAILED with the error; create the run when it failed before opening one."""
-    m = plan.member
-    client = mlflow.tracking.MlflowClient()
-    exp = client.get_run(parent_id).info.experiment_id
-    runs = client.search_runs([exp], f"tags.mlflow.parentRunId = '{parent_id}' and params.`campaign_member.key` = "
-                                     f"'{m.key}' and attributes.start_time >= {int(t0 * 1000)}")
-    if runs:
-        run_id = runs[0].info.run_id
-        if runs[0].info.status not in ("FAILED", "KILLED"):
-            client.set_terminated(run_id, "FAILED")
-    else:
-        run = client.create_run(exp, run_name=plan.run_name, tags={"mlflow.parentRunId": parent_id})
-        run_id = run.info.run_id
-        params = {"campaign_member.key": m.key, "campaign_member.config": m.config_label, "seed": str(m.seed),
-                  **{k: str(v) for k, v in m.values.items()}}
-        for k, v in params.items():
-            client.log_param(run_id, k, v)
-        client.set_terminated(run_id, "FAILED")
-    client.set_tag(run_id, "swarm.error", outcome.error[:5000])
-    outcome.run_id = run_id
-
-
-def _tag_member(plan: MemberPlan, outcome: Outcome) -> None:
-    """Tag the member's run (task, model, campaign, config hash); the run id comes from its folder when
-    the member ran in another process."""
-    if outcome.run_id is None and (plan.folder / "mlflow_run.json").exists():
-        outcome.run_id = json.loads((plan.folder / "mlflow_run.json").read_text()).get("run_id")
-    if outcome.run_id is None:
-        return
-    client = mlflow.tracking.MlflowClient()
-    for k, v in plan.tags.items():
-        client.set_tag(outcome.run_id, k, v)
-
-
-def _inprocess_runner(spec: CampaignSpec, user: list[str], plans: dict[str, MemberPlan], conf_dir: Path | None,
-                      parent_id: str) -> Callable[[Member, float | None], Outcome]:
-    from flows.train import train_flow
-
-    def run(m: Member, deadline: float | None) -> Outcome:
-        plan = plans[m.key]
-        cfg = OmegaConf.to_container(compose_config(member_overrides(spec, m, user, plan.folder, plan.run_name),
-                                                    conf_dir), resolve=True)
-        assert isinstance(cfg, dict)
-        cfg["mlflow"]["nested"] = True
-        try:
-            summary = train_flow(cfg)
-        finally:
-            while (active := mlflow.active_run()) is not None and active.info.run_id != parent_id:
-                mlflow.end_run("FAILED")  # a member that died before closing its run
-        return Outcome(m.key, str(summary.get("status", "FINISHED")), summary.get("run_id"))
-
-    return run
-
-
-def _prefect_api_url() -> str | None:
-    from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL
-
-    url = PREFECT_API_URL.value()
-    if url:
-        return url
-    with get_client(sync_client=True) as c:  # the temporary server this process started
-        return str(c.api_url)
-
-
-def _process_runner(spec: CampaignSpec, user: list[str], plans: dict[str, MemberPlan], conf_dir: Path | None,
-                    parent_id: str) -> Callable[[Member, float | None], Outcome]:
-    env = {**os.environ, "PREFECT_API_URL": _prefect_api_url() or ""}
-    env["MLFLOW_TRACKING_URI"] = mlflow.get_tracking_uri()
-
-    def run(m: Member, deadline: float | None) -> Outcome:
-        plan = plans[m.key]
-        cmd = [sys.executable, "-m", "flows.train", *config_flags(conf_dir),
-               *member_overrides(spec, m, user, plan.folder, plan.run_name), f"++mlflow.parent_run_id={parent_id}",
-               f"hydra.run.dir={plan.folder / 'hydra'}"]
-        plan.folder.mkdir(parents=True, exist_ok=True)
-        with open(plan.folder / "train.log", "ab") as f:
-            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT)
-            while proc.poll() is None:
-                if deadline is not None and time.monotonic() > deadline:
-                    proc.send_signal(signal.SIGINT)  # the flow ends its MLflow run as KILLED
-                    try:
-                        proc.wait(120)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                    return Outcome(m.key, "KILLED", error="time budget spent")
-                time.sleep(1)
-        if proc.returncode != 0:
-            raise RuntimeError(f"flows.train exited with {proc.returncode}; see {plan.folder / 'train.log'}")
-        return Outcome(m.key, "FINISHED")
-
-    return run
-
-
-def _parent_run(name: str, experiment: str) -> tuple[str, int]:
-    """The campaign's parent run (created on the first night) and how many nights it has run."""
-    client = mlflow.tracking.MlflowClient()
-    exp = mlflow.get_experiment_by_name(experiment)
-    runs = client.search_runs([exp.experiment_id], f"tags.`swarm.campaign` = '{name}' and tags.`swarm.kind` = 'campaign'",
-                              order_by=["attributes.start_time ASC"], max_results=1)
-    if runs:
-        return runs[0].info.run_id, int(runs[0].data.tags.get("swarm.nights", "0"))
-    run = client.create_run(exp.experiment_id, run_name=f"campaign-{name}",
-                            tags={"swarm.campaign": name, "swarm.kind": "campaign", "swarm.nights": "0"})
-    client.set_terminated(run.info.run_id, "FINISHED")
-    return run.info.run_id, 0
 
 
 def _propose(spec: CampaignSpec, report: Path, conf_dir: Path, log: Any) -> Path | None:
@@ -226,12 +87,62 @@ def _results_table(plans: list[MemberPlan], results: list[MemberResult], outcome
         table.add_column(col, justify="right" if col in ("#", "final", "best") else "left")
     for i, p in enumerate(plans, 1):
         r, o = by_hash.get(p.hash), tonight.get(p.member.key)
-        status = o.status if o else ("done earlier" if r is not None and r.status == "FINISHED" else "not run")
-        style = {"FINISHED": "green", "FAILED": "red", "KILLED": "yellow", "SKIPPED": "yellow"}.get(status, "dim")
+        status = o.status if o else ("done earlier" if r is not None and is_done(r) else "not run")
+        style = {"FINISHED": "green", "FAILED": "red", "KILLED": "yellow", "SKIPPED": "yellow",
+                 "STOPPED": "yellow"}.get(status, "dim")
         run_id = (o.run_id if o and o.run_id else r.run_id if r else "") or ""
         table.add_row(str(i), " ".join(p.member.overrides), f"[{style}]{status}[/]", _num(r.final if r else None),
                       _num(r.best if r else None), run_id[:12])
     return table
+
+
+def _comparison_table(st: Study) -> Table:
+    """The report's comparison with the baseline, for the terminal."""
+    table = Table(title=f"against the baseline {st.baseline} ({st.metric}, {st.level:.0%} interval over seeds)",
+                  title_justify="left")
+    for col in ("configuration", "seeds", "mean", "diff", "interval", "verdict"):
+        table.add_column(col, justify="right" if col in ("seeds", "mean", "diff") else "left")
+    for r in st.rows:
+        iv = r.interval
+        style = {"better": "green", "worse": "red", "baseline": "bold"}.get(r.verdict, "yellow")
+        table.add_row(r.config, str(r.seeds), _num(r.mean), f"{iv.diff:+.3f}" if iv else "–",
+                      f"[{iv.lo:+.3f}, {iv.hi:+.3f}]" if iv else "–",
+                      f"[{style}]{r.verdict}[/]")
+    return table
+
+
+def _study(spec: CampaignSpec, results: list[MemberResult], score: str) -> Study:
+    """The night's comparison with the baseline and the answer to the campaign's decision rule."""
+    d = spec.decision
+    candidate = match_config(spec, d.adopt, "decision.adopt") if d else None
+    return study(results, baseline_label(spec), score, spec.confidence, spec.question, rule_text(spec, score),
+                 candidate, d.min_gain if d else 0.0)
+
+
+def _decider(spec: CampaignSpec, parent_id: str, hashes: set[str],
+             log: Any) -> Callable[[int, list[MemberPlan]], dict[str, str]]:
+    """``decide(update, active)`` for :func:`run_night`: the stated early-stop rule on the members' values at
+    that update (finished members of earlier nights included); returns {member key: why it stops}."""
+    rule = spec.early_stop
+    assert rule is not None
+    base, swept = baseline_label(spec), list(spec.sweep.params)
+
+    def decide(update: int, active: list[MemberPlan]) -> dict[str, str]:
+        m = measure(mlflow.get_tracking_uri(), parent_id, spec.metric, swept)
+        at: dict[str, dict[int, float]] = {}
+        for r in current(m.results, hashes)[0]:
+            reached = any(s >= update for s, _ in [*r.curve, *r.scores])
+            if r.state != "stopped" and reached and (v := r.score_at(update)) is not None:
+                at.setdefault(r.config, {})[r.seed] = v
+        stops = (halving({c: list(v.values()) for c, v in at.items()}, rule.keep, base) if rule.rule == "halving"
+                 else behind(at, base, spec.confidence))
+        out = {p.member.key: f"{rule.rule} at update {update} of {p.updates} on {m.score}: {stops[p.member.config_label]}"
+               for p in active if p.member.config_label in stops}
+        for key, why in out.items():
+            log.info("stopping member %s early: %s", key, why)
+        return out
+
+    return decide
 
 
 @flow(name="swarm-campaign", validate_parameters=False, log_prints=True)
@@ -245,61 +156,67 @@ def campaign_flow(campaign: str, overrides: list[str] | None = None, scheduled: 
     spec, mcfg, out = load_campaign(campaign, list(overrides or []), conf)
     mlflow.set_tracking_uri(tracking.tracking_uri(mcfg["tracking_uri"]))
     mlflow.set_experiment(experiment_id=tracking.ensure_experiment(mcfg["experiment"]))  # artifacts beside the DB
-    parent_id, nights = _parent_run(spec.name, mcfg["experiment"])
+    parent_id, nights = parent_run(spec.name, mcfg["experiment"])
     if scheduled and nights >= spec.schedule.nights:
         log.info("campaign %s has run its %d nights; nothing to do", spec.name, spec.schedule.nights)
         return {"campaign": spec.name, "status": "complete", "parent_run_id": parent_id, "nights": nights}
     swept = list(spec.sweep.params)
     plans = plan_members(spec, expand(spec), user, out, conf)
-    by_key = {p.member.key: p for p in plans}
-    t0 = time.time()
+    hashes = {p.hash for p in plans}
+    uri = mlflow.get_tracking_uri()
     with mlflow.start_run(run_id=parent_id):
         mlflow.set_tag("swarm.nights", str(nights + 1))
         mlflow.log_dict(spec.model_dump(mode="json"), f"campaign/night-{nights + 1}.json")
-        done = {r.member_hash for r in collect(mlflow.get_tracking_uri(), parent_id, spec.metric, swept)
-                if r.status == "FINISHED" and r.member_hash}
+        done = {r.member_hash for r in measure(uri, parent_id, spec.metric, swept).results if is_done(r) and r.member_hash}
         todo = [p for p in plans if p.hash not in done]
         console.print(f"[bold]campaign {spec.name}[/] night {nights + 1}: {len(plans)} members, "
                       f"{len(plans) - len(todo)} already done with this exact config, {len(todo)} to run "
                       f"(MLflow parent run {parent_id}; member folders and logs under {out / 'members'})")
-        make = _process_runner if spec.concurrency > 1 else _inprocess_runner
-        runner = make(spec, user, by_key, conf, parent_id)
+        if spec.question:
+            console.print(f"question: {spec.question}")
+        make = process_runner if spec.concurrency > 1 else inprocess_runner
+        runner = make(spec, user, conf, parent_id)
         position = {p.member.key: i for i, p in enumerate(todo, 1)}
 
-        def announced(m: Member, deadline: float | None) -> Outcome:
-            console.print(f"[bold cyan]member {position[m.key]}/{len(todo)}[/]: {' '.join(m.overrides)}")
-            return runner(m, deadline)
+        def announced(plan: MemberPlan, deadline: float | None, updates: int | None) -> Outcome:
+            where = f" to update {updates}" if updates is not None else ""
+            console.print(f"[bold cyan]member {position[plan.member.key]}/{len(todo)}[/]{where}: "
+                          f"{' '.join(plan.member.overrides)}")
+            return runner(plan, deadline, updates)
 
-        budget = spec.budget_min * 60 if spec.budget_min else None
-        outcomes = run_members([p.member for p in todo], announced, spec.concurrency, budget)
-        for o in outcomes:
+        def after(plan: MemberPlan, o: Outcome, final: bool) -> None:
+            settle(plan, o, final, parent_id)
             if o.status == "FAILED":
-                log.warning("member %s failed: %s", " ".join(by_key[o.key].member.overrides), o.error)
-                _record_failure(spec, by_key[o.key], o, parent_id, t0)
-            if o.status != "SKIPPED":
-                _tag_member(by_key[o.key], o)
-        results, older = current(collect(mlflow.get_tracking_uri(), parent_id, spec.metric, swept),
-                                 {p.hash for p in plans})
+                log.warning("member %s failed: %s", " ".join(plan.member.overrides), o.error)
+            elif o.status == "STOPPED":
+                console.print(f"[yellow]stopped early[/]: {' '.join(plan.member.overrides)}: {o.error}")
+
+        stop = spec.early_stop
+        outcomes = run_night(todo, announced, spec.concurrency, spec.budget_min * 60 if spec.budget_min else None,
+                             stop.at if stop else None, _decider(spec, parent_id, hashes, log) if stop else None, after)
+        m = measure(uri, parent_id, spec.metric, swept)
+        results, older = current(m.results, hashes)
+        st = _study(spec, results, m.score)
         notes = (f"{spec.description}\n\nNight {nights + 1} of {spec.schedule.nights}; parent MLflow run "
                  f"`{parent_id}`.")
-        report, plots, rows = write_report(spec.name, results, swept, spec.metric, out, notes, older=older)
-        mlflow.log_artifacts(str(out / "plots"), "report/plots")
-        mlflow.log_artifact(str(report), "report")
-        mlflow.log_artifact(str(out / "analysis.json"), "report")
-        counts = {s: sum(o.status == s for o in outcomes) for s in ("FINISHED", "FAILED", "KILLED", "SKIPPED")}
-        mlflow.log_metrics({f"campaign/{k.lower()}": float(v) for k, v in counts.items()}, step=nights + 1)
+        report, plots, rows = write_report(spec.name, results, swept, m.metric, out, notes, older=older, st=st)
+        counts = {s: sum(o.status == s for o in outcomes) for s in ("FINISHED", "FAILED", "KILLED", "SKIPPED", "STOPPED")}
+        log_report(st, out, nights + 1, counts)
         if rows and rows[0].final_mean is not None:
             mlflow.log_metric("campaign/best_final", rows[0].final_mean, step=nights + 1)
-        console.print(_results_table(plans, results, outcomes, spec.metric))
-        if rows and rows[0].final_mean is not None:
-            console.print(f"best: [bold]{rows[0].config}[/] (final {rows[0].final_mean:.3f})")
+        console.print(_results_table(plans, results, outcomes, m.metric))
+        console.print(_comparison_table(st))
+        for line in st.stopped:
+            console.print(f"stopped early: {line}")
+        console.print(f"[bold]answer[/]: {st.answer.line}")
         console.print(f"report: {report}")
         proposal = _propose(spec, report, conf or CONF, log) if spec.plan.propose else None
     log.info("campaign %s night %d: %s; report %s", spec.name, nights + 1,
              ", ".join(f"{v} {k.lower()}" for k, v in counts.items() if v) or "nothing ran", report)
     return {"campaign": spec.name, "status": "ran", "parent_run_id": parent_id, "nights": nights + 1,
             "outcomes": [o.__dict__ for o in outcomes], "report": str(report), "plots": [str(p) for p in plots],
-            "best": rows[0].config if rows else None, "proposal": str(proposal) if proposal else None}
+            "best": rows[0].config if rows else None, "answer": st.answer.line, "verdict": st.answer.verdict,
+            "comparison": [r.as_dict() for r in st.rows], "proposal": str(proposal) if proposal else None}
 
 
 def schedule_kwargs(spec: CampaignSpec, overrides: list[str], conf_dir: str | None = None) -> dict[str, Any]:

@@ -28,13 +28,14 @@ CONF = REPO / "conf"
 
 @dataclass(frozen=True)
 class MemberPlan:
-    """A member with its effective-config hash, its folder, MLflow run name and tags."""
+    """A member with its effective-config hash, its folder, MLflow run name, tags and ``train.updates``."""
 
     member: Member
     hash: str
     folder: Path
     run_name: str
     tags: dict[str, str]
+    updates: int = 0
 
 
 @contextlib.contextmanager
@@ -69,7 +70,8 @@ def compose_config(overrides: list[str], conf_dir: Path | str | None = None) -> 
 
 
 def load_campaign(name: str, overrides: list[str],
-                   conf_dir: Path | str | None) -> tuple[CampaignSpec, Tree, Path]:
+                  conf_dir: Path | str | None) -> tuple[CampaignSpec, Tree, Path]:
+    """The campaign's typed spec (``campaign.*`` overrides applied), its MLflow section and its folder."""
     forced = [f"++{o}" if o.startswith("campaign.") else o for o in overrides]  # any campaign key, set or not
     cfg = compose_config([f"+campaign={name}", *forced, "train.out_dir=."], conf_dir)
     spec = parse_campaign(OmegaConf.to_container(cfg.campaign, resolve=True))  # type: ignore[arg-type]
@@ -98,7 +100,7 @@ def plan_members(spec: CampaignSpec, members: list[Member], user: list[str], out
         task, model = str(cfg["task"]["name"]), str(cfg["model"].get("path") or cfg["model"].get("name"))
         plans.append(MemberPlan(m, h, out / "members" / f"{m.key}-{h[:8]}", run_label(task, m),
                                 {"swarm.task": task, "swarm.model": model, "swarm.campaign": spec.name,
-                                 "swarm.kind": "member", "swarm.member_hash": h}))
+                                 "swarm.kind": "member", "swarm.member_hash": h}, int(cfg["train"]["updates"])))
     return plans
 
 

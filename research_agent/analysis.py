@@ -254,7 +254,7 @@ def study(results: list[MemberResult], baseline: str, metric: str, level: float 
     lines = [f"`{c}` seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {why}"
              for (c, why), seeds in stopped.items()]
     why_stopped = {c: f"stopped early: {why}" for (c, why) in stopped if c not in values}
-    rows = compare_to_baseline(values, baseline, level, why_stopped)
+    rows = compare_to_baseline(values, baseline, level, why_stopped, [r.config for r in results])
     ans = (answer(rows, candidate, baseline, min_gain, metric) if candidate
            else summary_answer(rows, baseline, metric))
     return Study(baseline, metric, level, rows, ans, question, rule, min_gain if candidate else None, lines)

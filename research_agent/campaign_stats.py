@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -149,14 +149,16 @@ class ConfigComparison:
 
 
 def compare_to_baseline(values: Mapping[str, Mapping[int, float]], baseline: str, level: float = 0.95,
-                        stopped: Mapping[str, str] | None = None) -> list[ConfigComparison]:
+                        stopped: Mapping[str, str] | None = None,
+                        configs: Iterable[str] = ()) -> list[ConfigComparison]:
     """Every configuration of ``values`` (config -> seed -> value of finished members) against ``baseline``,
-    the baseline first; ``stopped``: configurations stopped early with no finished member (config -> why)."""
+    the baseline first; ``stopped``: configurations stopped early with no finished member (config -> why);
+    ``configs``: more to list (members that ran but have no value yet show as "no result")."""
     stopped = dict(stopped or {})
     base = values.get(baseline, {})
     rows = [ConfigComparison(baseline, len(base), statistics.fmean(base.values()) if base else None, None,
                              "baseline" if base else "no result", "" if base else "no finished member yet")]
-    for config in [*values, *stopped]:
+    for config in [*values, *stopped, *configs]:
         if config == baseline or any(r.config == config for r in rows):
             continue
         vals = values.get(config, {})

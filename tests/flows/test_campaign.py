@@ -1,6 +1,7 @@
 """Campaigns: a two-member sweep end to end (nested MLflow runs, report with plots, next night
 continues), members identified by their effective-config hash (a changed config reruns), a task kept
-outside the repository (``--config-dir``), failing members and the cron deployment."""
+outside the repository (``--config-dir``), failing members, the cron deployment, and early stops: members
+pause at each checkpoint, the stated rule stops some and says so, the rest resume and finish."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import pytest
 import yaml
 
 from flows.campaign import Outcome, campaign_flow, deployment, main, member_overrides, plan_members, run_members
+from flows.campaign_members import MemberPlan
+from flows.campaign_runners import progress, run_night
 from research_agent.sweep import Member, config_hash, expand, parse_campaign
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,6 +90,66 @@ def test_failed_members_do_not_stop_the_rest_and_budget_skips() -> None:
     out = run_members(members, run_one, budget_s=25, clock=lambda: now[0])
     assert [o.status for o in out] == ["FINISHED", "FAILED", "FINISHED", "SKIPPED"]
     assert "boom" in out[1].error
+
+
+def test_a_night_pauses_members_at_checkpoints_stops_some_and_finishes_the_rest(tmp_path: Path) -> None:
+    plans = [MemberPlan(Member({"x": i}, 0), f"h{i}", tmp_path / f"m{i}", f"m{i}", {}, updates=4) for i in range(4)]
+    ran: list[tuple[int, int | None]] = []
+    heard: list[tuple[int, str, bool]] = []
+
+    def segment(p: MemberPlan, deadline: float | None, updates: int | None) -> Outcome:
+        ran.append((p.member.values["x"], updates))
+        if p.member.values["x"] == 3 and updates is None:
+            raise RuntimeError("boom")  # a crash on the way to the end
+        return Outcome(p.member.key, "FINISHED", run_id=f"run{p.member.values['x']}")
+
+    def decide(update: int, active: list[MemberPlan]) -> dict[str, str]:
+        assert update == 2 and [p.member.values["x"] for p in active] == [0, 1, 2, 3]
+        return {plans[1].member.key: "behind"}
+
+    out = run_night(plans, segment, checkpoints=[2, 9], decide=decide,
+                    after=lambda p, o, final: heard.append((p.member.values["x"], o.status, final)),
+                    where=lambda p: 3 if p.member.values["x"] == 2 else 0)  # member 2 resumes past update 2
+    assert [(o.status, o.run_id) for o in out] == [("FINISHED", "run0"), ("STOPPED", "run1"), ("FINISHED", "run2"),
+                                                   ("FAILED", "run3")]
+    assert out[1].error == "behind" and "boom" in out[3].error
+    assert ran == [(0, 2), (1, 2), (3, 2), (0, None), (2, None), (3, None)]  # 9 is past train.updates: no pause
+    assert (1, "STOPPED", True) in heard and (0, "FINISHED", False) in heard and (0, "FINISHED", True) in heard
+    folder = tmp_path / "m0" / "checkpoints"
+    for policy, ckpt in (("a", "ckpt-00000004"), ("b", "ckpt-00000002")):
+        (folder / policy).mkdir(parents=True)
+        (folder / policy / "LATEST").write_text(ckpt)
+    assert progress(tmp_path / "m0") == 2 and progress(tmp_path / "m1") == 0
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_harness")
+def test_halving_stops_the_member_behind_at_its_checkpoint_and_the_rest_resume(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    (conf / "campaign" / "tiny_stop.yaml").write_text(yaml.safe_dump({
+        "name": "tiny_stop", "base": ["train.updates=2", "train.checkpoint_every=1", "batching.min_groups=1",
+                                      "task.group_size=4", "task.eval_every=2"],
+        "sweep": {"params": {"model.warmup": ["word_chain", "none"]}, "seeds": [0]},
+        "early_stop": {"rule": "halving", "at": [1], "keep": 0.5}}))
+    res = campaign_flow("tiny_stop", _overrides(tmp_path), conf_dir=str(conf))
+    assert [(o["status"], o["error"][:24]) for o in res["outcomes"]] == [
+        ("FINISHED", ""), ("STOPPED", "halving at update 1 of 2")]
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'mlruns.db'}")
+    kept, stopped = (client.get_run(o["run_id"]) for o in res["outcomes"])
+    assert stopped.data.tags["swarm.member_state"] == "stopped" and "ranked 2 of 2" in stopped.data.tags["swarm.stopped"]
+    assert [m.step for m in client.get_metric_history(stopped.info.run_id, "reward/mean")] == [1]  # no budget spent
+    # the kept member paused at update 1 and resumed from that checkpoint: one run, one history, steps 1 and 2
+    assert kept.data.tags["swarm.member_state"] == "complete"
+    assert [m.step for m in client.get_metric_history(kept.info.run_id, "reward/mean")] == [1, 2]
+    assert any(a.path.startswith("config-resumed-") for a in client.list_artifacts(kept.info.run_id))
+    report = (tmp_path / "campaign" / "report.md").read_text()
+    assert "## Stopped early" in report and "- `model.warmup=none` seed 0: halving at update 1 of 2" in report
+    assert "| `model.warmup=none` | 0 | – | – | – | stopped early (see below) |" in report
+    assert res["answer"].startswith("resolved (no decision rule stated): vs model.warmup=word_chain on eval/reward "
+                                    "(last 64 eval episodes): model.warmup=none stopped early")
+    # stopped is done: the next night runs nothing
+    assert campaign_flow("tiny_stop", _overrides(tmp_path), conf_dir=str(conf))["outcomes"] == []
 
 
 @pytest.mark.slow
