@@ -150,7 +150,7 @@ def campaign_flow(campaign: str, overrides: list[str] | None = None, scheduled: 
                   conf_dir: str | None = None) -> dict[str, Any]:
     """One night of campaign ``campaign`` (see the module docstring); ``conf_dir`` is searched before ``conf/``."""
     log = get_run_logger()
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)  # a log file gets whole rows
     conf = Path(conf_dir).resolve() if conf_dir else None
     user = [o for o in (overrides or []) if not o.lstrip("+~").startswith("campaign")]
     spec, mcfg, out = load_campaign(campaign, list(overrides or []), conf)

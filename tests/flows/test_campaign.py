@@ -197,6 +197,7 @@ def test_two_member_campaign_end_to_end(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("prefect_harness")
 def test_schedule_is_a_cron_deployment_with_the_right_next_run(tmp_path: Path) -> None:
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
 
     dep = deployment("tiny_lr", _overrides(tmp_path))
     dep_id = dep.apply(_sync=True)
@@ -207,7 +208,8 @@ def test_schedule_is_a_cron_deployment_with_the_right_next_run(tmp_path: Path) -
         assert sched.cron == "0 22 * * *" and sched.timezone == "UTC" and d.schedules[0].active
         resp = client._client.post(f"/deployments/{dep_id}/schedule", json={"max_runs": 3})  # the scheduler's job
         resp.raise_for_status()
-        runs = client.read_flow_runs(limit=10)
+        mine = DeploymentFilter(id=DeploymentFilterId(any_=[dep_id]))  # other tests' flow runs share the server
+        runs = client.read_flow_runs(deployment_filter=mine, limit=10)
     starts = sorted(r.expected_start_time for r in runs if r.deployment_id == dep_id)
     now = dt.datetime.now(ZoneInfo("UTC"))
     first = now.replace(hour=22, minute=0, second=0, microsecond=0)
