@@ -36,7 +36,7 @@ class AgentTrace:
     messages: list[Any] = field(default_factory=list)
 
 
-def _chat_model(llm: AgentLLM) -> Any:
+def _chat_model(llm: AgentLLM, tool_choice: str | None = None) -> Any:
     from langchain_openai import ChatOpenAI
 
     kwargs: dict[str, Any] = {}
@@ -44,7 +44,7 @@ def _chat_model(llm: AgentLLM) -> Any:
         kwargs["http_client"] = llm.extra["http_client"]
     chat = ChatOpenAI(base_url=llm.base_url, api_key=llm.api_key, model=llm.model, temperature=llm.temperature,
                       max_tokens=llm.max_tokens, max_retries=0, **kwargs)
-    return chat.bind_tools([CALCULATOR_TOOL])
+    return chat.bind_tools([CALCULATOR_TOOL], tool_choice=tool_choice)
 
 
 def _text(content: Any) -> str:
@@ -55,14 +55,18 @@ def _text(content: Any) -> str:
     return ""
 
 
-def solve(question: str, llm: AgentLLM, max_turns: int = 4) -> AgentTrace:
-    """Run the tool loop on one question; returns the trace (final text, tool-call counts)."""
+def solve(question: str, llm: AgentLLM, max_turns: int = 4, first_tool_call: bool = False) -> AgentTrace:
+    """Run the tool loop on one question; returns the trace (final text, tool-call counts).
+
+    ``first_tool_call``: the first call must call the calculator (``tool_choice`` naming it, as a user
+    whose agent always computes first would set it); the model still writes the expression and the answer."""
     from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
     model = _chat_model(llm)
+    forced = _chat_model(llm, tool_choice="calculator") if first_tool_call else model
     trace = AgentTrace(messages=[SystemMessage(SYSTEM_PROMPT), HumanMessage(question)])
-    for _ in range(max_turns):
-        reply = model.invoke(trace.messages)
+    for turn in range(max_turns):
+        reply = (forced if turn == 0 else model).invoke(trace.messages)
         trace.turns += 1
         trace.messages.append(reply)
         trace.final_text = _text(reply.content)

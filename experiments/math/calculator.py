@@ -23,7 +23,9 @@ CALCULATOR_TOOL: dict[str, Any] = {
         "description": "Evaluate an arithmetic expression with + - * / and parentheses.",
         "parameters": {
             "type": "object",
-            "properties": {"expression": {"type": "string", "description": "e.g. 12 + 7 * 3"}},
+            # the pattern: digits and operators only (a constrained call cannot write prose into it)
+            "properties": {"expression": {"type": "string", "description": "e.g. 12 + 7 * 3",
+                                          "pattern": "^[0-9][0-9 +*/().-]{0,39}$"}},
             "required": ["expression"],
         },
     },

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-__all__ = ["NAMES", "ITEMS", "make_problem"]
+__all__ = ["NAMES", "ITEMS", "make_problem", "make_calc_problem", "held_out"]
 
 NAMES = ("Tom", "Sara", "Ali", "Mia", "Ken", "Lena", "Omar", "Zoe")
 ITEMS = ("apples", "marbles", "stickers", "pencils", "cookies", "stamps", "shells", "cards")
@@ -56,3 +56,22 @@ def make_problem(seed: int) -> dict[str, Any]:
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     question, answer = _TEMPLATES[kind](rng, name, item)
     return {"seed": seed, "kind": kind, "question": question, "answer": answer}
+
+
+def held_out(question: str) -> bool:
+    """Whether a problem belongs to the held-out quarter (a hash of its text): never trained on, only evaluated."""
+    import hashlib
+
+    return hashlib.sha256(question.encode()).digest()[0] < 64
+
+
+def make_calc_problem(seed: int, split: str = "train") -> dict[str, Any]:
+    """``"What is 47 * 38 + 15?"``: too hard to do in one's head for a small model, one calculator call away.
+
+    Deterministic in the seed; ``split`` ``train`` skips the held-out quarter, ``eval`` draws only from it."""
+    rng = random.Random(seed)
+    while True:
+        a, b, c = rng.randint(12, 99), rng.randint(12, 99), rng.randint(2, 99)
+        question = f"What is {a} * {b} + {c}?"
+        if held_out(question) == (split == "eval"):
+            return {"seed": seed, "kind": "calc", "question": question, "answer": a * b + c}

@@ -121,3 +121,43 @@ def test_episode_survives_malformed_and_unknown_tool_calls() -> None:
     tool_msgs = [m for m in seen[-1]["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_msgs] == ["c1", "c2", "c3"]
     assert all(m["content"].startswith("error:") for m in tool_msgs)
+
+
+def test_calc_problems_need_the_tool_and_keep_the_held_out_quarter_apart() -> None:
+    from experiments.math import EVAL_SEED_BASE, Options
+    from experiments.math.problems import held_out, make_calc_problem
+
+    train = [make_calc_problem(s) for s in range(200)]
+    evals = [make_calc_problem(EVAL_SEED_BASE + s, "eval") for s in range(50)]
+    assert make_calc_problem(7) == train[7]  # deterministic in the seed
+    assert not any(held_out(p["question"]) for p in train) and all(held_out(p["question"]) for p in evals)
+    assert not {p["question"] for p in train} & {p["question"] for p in evals}
+    for p in train[:20]:
+        a, b, c = (int(x) for x in p["question"][len("What is "):-1].replace("*", "+").split("+"))
+        assert p["answer"] == a * b + c and a >= 12 and b >= 12
+    try:
+        Options(problems="calc").use()
+        assert make_instance(EVAL_SEED_BASE + 3)["question"] == evals[3]["question"]
+        assert make_instance(3)["kind"] == "calc" and make_instance(3)["first_tool_call"] is False
+    finally:
+        Options().use()
+    with pytest.raises(Exception, match="problems"):
+        Options(problems="hard")
+
+
+def test_first_tool_call_names_the_calculator_on_the_first_call_only() -> None:
+    from experiments.math import Options
+
+    seen: list[dict[str, Any]] = []
+    client = _fake_openai([_call(json.dumps({"expression": "12 * 13 + 4"})), {"content": "Answer: 160"}], seen)
+    try:
+        Options(problems="calc", first_tool_call=True).use()
+        inst = make_instance(1)
+    finally:
+        Options().use()
+    parts = run_episode({**inst, "answer": 160}, _llm(client))
+    assert parts["correct"] == 1.0 and len(seen) == 2
+    assert seen[0]["tool_choice"] == {"type": "function", "function": {"name": "calculator"}}
+    assert "tool_choice" not in seen[1]
+    schema = seen[0]["tools"][0]["function"]["parameters"]["properties"]["expression"]
+    assert schema["pattern"].startswith("^[0-9]")  # a constrained call writes digits and operators only
