@@ -11,8 +11,12 @@ right expression and then answer with the result. Held-out problems (a fixed qua
 
 1. **swarmpool** (``hf``): ``python -m flows.train +task=math model=smollm2`` with the recipe below as a
    subprocess (gateway, SQLite pool, client workers running the LangChain agent, prefix merging, GRPO + LoRA).
-2. **TRL** (``trl``): ``GRPOTrainer(tools=[calculator])`` on the same converted model, problems, reward and
-   recipe (``benchmarks/tool_bench_trl.py``, which says how its template and tool loop differ).
+2. **TRL** (``trl``): ``GRPOTrainer(tools=[calculator])`` on the same converted model, our chat template (TRL's
+   hermes parser set on it), problems, reward and recipe (``benchmarks/tool_bench_trl.py``). TRL cannot force a
+   first call, and unforced SmolLM2 never called the tool (0 of 48 samples), so its first prompt ends with the
+   call's opening ``<tool_call>\n{"name": "calculator", "arguments": {"expression": "`` (not trained; the model
+   writes the expression and closes the call itself, without our grammar); the other differences are listed
+   in that module.
 3. **held-out eval** of the base model and of each side's final adapter, the same way for all: the agent
    through our gateway on the ``hf`` backend, ``--eval-problems`` problems x ``--samples`` samples at T=1;
    accuracy with the 95% CI of the gain paired by problem, tool-call rate and turns per episode.
@@ -141,7 +145,8 @@ def main() -> None:
 
                 try:
                     r = run_trl_tools(model, args.updates, args.lr, tmp / side, prompts=PROMPTS, group=GROUP,
-                                      max_tokens=MAX_TOKENS, max_turns=MAX_TURNS, rank=RANK, alpha=ALPHA)
+                                      max_tokens=MAX_TOKENS, max_turns=MAX_TURNS, rank=RANK, alpha=ALPHA,
+                                      prefill_first_call=True)
                 except SystemExit as e:  # keep the sides that ran
                     print(f"trl: skipped, it failed: {str(e).strip().splitlines()[-1]}", flush=True)
                     continue
