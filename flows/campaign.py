@@ -126,6 +126,7 @@ def _decider(spec: CampaignSpec, parent_id: str, hashes: set[str],
     rule = spec.early_stop
     assert rule is not None
     base, swept = baseline_label(spec), list(spec.sweep.params)
+    candidate = match_config(spec, spec.decision.adopt, "decision.adopt") if spec.decision else None
 
     def decide(update: int, active: list[MemberPlan]) -> dict[str, str]:
         m = measure(mlflow.get_tracking_uri(), parent_id, spec.metric, swept)
@@ -134,7 +135,8 @@ def _decider(spec: CampaignSpec, parent_id: str, hashes: set[str],
             reached = any(s >= update for s, _ in [*r.curve, *r.scores])
             if r.state != "stopped" and reached and (v := r.score_at(update)) is not None:
                 at.setdefault(r.config, {})[r.seed] = v
-        stops = (halving({c: list(v.values()) for c, v in at.items()}, rule.keep, base) if rule.rule == "halving"
+        stops = (halving({c: list(v.values()) for c, v in at.items()}, rule.keep, base, candidate)
+                 if rule.rule == "halving"
                  else behind(at, base, spec.confidence))
         out = {p.member.key: f"{rule.rule} at update {update} of {p.updates} on {m.score}: {stops[p.member.config_label]}"
                for p in active if p.member.config_label in stops}

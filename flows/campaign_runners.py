@@ -4,8 +4,9 @@ segments that pause at early-stop checkpoints, within the night's time budget.
 :func:`run_members` runs members ``concurrency`` at a time (one failing does not stop the others; none
 starts after the budget). :func:`run_night` runs each member to each early-stop checkpoint in turn
 (``train.updates=<checkpoint>`` in the member's own folder, so the next segment resumes from that
-checkpoint and continues the same MLflow run), asks ``decide`` which members stop there, then runs the
-rest to their end. A member whose folder holds a checkpoint (a crash, a reboot, a budget stop on an
+checkpoint and continues the same MLflow run), asks ``decide`` which of the members that just reached it
+stop there, then runs the rest to their end. A member past a checkpoint on an earlier night was judged
+there then and is not judged again. A member whose folder holds a checkpoint (a crash, a reboot, a budget stop on an
 earlier night) resumes from it: ``train.resume`` does that, :func:`progress` says where it stands.
 :func:`inprocess_runner` / :func:`process_runner` run one segment. It decides nothing and writes no report.
 """
@@ -84,7 +85,8 @@ def run_night(plans: list[MemberPlan], run_segment: Segment, concurrency: int = 
               where: Callable[[MemberPlan], int] = lambda p: progress(p.folder),
               clock: Callable[[], float] = time.monotonic) -> list[Outcome]:
     """Run ``plans`` to their end, pausing the active ones at each early-stop checkpoint (an update below
-    their ``train.updates``) for ``decide(update, active) -> {member key: why it stops}``.
+    their ``train.updates``) for ``decide(update, reached) -> {member key: why it stops}``; ``reached``: the
+    members that got there tonight (one resumed past it was decided there on its night).
 
     ``after(plan, outcome, final)`` hears every segment's outcome (``final``: the member will not run
     again tonight); ``where(plan)`` is the update a member resumes from (it skips checkpoints it has
@@ -108,9 +110,10 @@ def run_night(plans: list[MemberPlan], run_segment: Segment, concurrency: int = 
                 active.remove(p)
             if after is not None:
                 after(p, o, target is None or o.status != "FINISHED")
-        if target is None or decide is None or not any(target < p.updates for p in active):
-            continue  # the end, no rule, or a checkpoint past every member's train.updates
-        for key, why in decide(target, active).items():
+        reached = [p for p in seg if p in active]
+        if target is None or decide is None or not reached:
+            continue  # the end, no rule, or no member got to this checkpoint tonight
+        for key, why in decide(target, reached).items():
             p = by_key[key]
             o = Outcome(key, "STOPPED", last[key].run_id if key in last else None, why)
             last[key] = o

@@ -37,8 +37,10 @@ def parent_run(name: str, experiment: str) -> tuple[str, int]:
 
 
 def is_done(r: MemberResult) -> bool:
-    """Whether a member's run needs nothing more: finished (or stopped early); a partial one resumes."""
-    return r.status == "FINISHED" and r.state in ("", "complete", "stopped")
+    """Whether a member's run needs nothing more: finished, or stopped early whatever its run's status (one
+    that crashed past a checkpoint and was stopped there on its next night stays FAILED); a partial one
+    resumes."""
+    return r.state == "stopped" or (r.status == "FINISHED" and r.state in ("", "complete"))
 
 
 def _run_of(plan: MemberPlan, parent_id: str) -> str | None:

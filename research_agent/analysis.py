@@ -30,7 +30,7 @@ from research_agent.campaign_stats import Answer, ConfigComparison, answer, comp
 
 __all__ = ["MemberResult", "ConfigRow", "Measured", "Study", "collect", "measure", "metric_keys", "current", "rank",
            "study", "write_report", "parse_param", "curves_figure", "param_figure", "comparison_figure",
-           "is_learning_rate", "score_meaning", "windowed", "EVAL_WINDOW"]
+           "is_learning_rate", "score_meaning", "windowed", "EVAL_WINDOW", "comparison_lines"]
 
 
 @dataclass
@@ -253,7 +253,11 @@ def study(results: list[MemberResult], baseline: str, metric: str, level: float 
             stopped.setdefault((r.config, r.stopped), []).append(r.seed)
     lines = [f"`{c}` seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {why}"
              for (c, why), seeds in stopped.items()]
-    why_stopped = {c: f"stopped early: {why}" for (c, why) in stopped if c not in values}
+    why_stopped: dict[str, str] = {}
+    for (c, why), seeds in stopped.items():  # a configuration with finished members says which seeds it lacks
+        text = (f"stopped early: {why}" if c not in values else f"seed{'s' if len(seeds) > 1 else ''} "
+                f"{', '.join(map(str, seeds))} stopped early, not counted (see below)")
+        why_stopped[c] = f"{why_stopped[c]}; {text}" if c in why_stopped else text
     rows = compare_to_baseline(values, baseline, level, why_stopped, [r.config for r in results])
     ans = (answer(rows, candidate, baseline, min_gain, metric) if candidate
            else summary_answer(rows, baseline, metric))
@@ -283,7 +287,7 @@ def comparison_lines(st: Study) -> list[str]:
         diff = f"{iv.diff:+.3f}" if iv else "–"
         band = f"[{iv.lo:+.3f}, {iv.hi:+.3f}]" + (" paired" if iv.paired else " unpaired") if iv else "–"
         note = "see below" if r.verdict == "stopped early" else r.note
-        verdict = r.verdict + (f" ({note})" if note and r.verdict not in ("better", "worse") else "")
+        verdict = r.verdict + (f" ({note})" if note else "")
         lines.append(f"| `{r.config}` | {r.seeds} | {mean} | {diff} | {band} | {verdict} |")
     if st.stopped:
         lines += ["", "## Stopped early", ""] + [f"- {line}" for line in st.stopped]

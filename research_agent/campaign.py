@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from research_agent.campaign_stats import stopped_behind
 from research_agent.errors import CampaignError, LLMError, ResearchAgentError
 from research_agent.llm import CONF_DIR, ChatLLM, load_agent_config, load_settings
 from research_agent.sweep import CampaignSpec, baseline_label, campaign_dir, expand, match_config, parse_campaign
@@ -65,7 +66,8 @@ task.eval_every, train.updates, train.max_staleness, algo.lr, algo.kl_coef, algo
 algo.lora.rank, algo.lora.alpha, algo.scale_std, batching.min_groups, model.warmup (tiny model). Tasks: {tasks}.
 Answer with the YAML only, in a ```yaml block."""
 
-# What a proposal keeps as the campaign file had it: decided before the runs, not after seeing them.
+# What a proposal keeps as the campaign file had it: decided before the runs, not after seeing them. The
+# baseline, the candidate and the metric are compared as they resolve (:func:`_frozen`), not as written.
 FROZEN = ("question", "decision", "baseline", "metric", "confidence")
 
 
@@ -84,22 +86,42 @@ def extract_yaml(text: str) -> dict[str, Any]:
     return data
 
 
-def check_campaign(spec: CampaignSpec, conf_dir: Path) -> None:
-    """Compose every member's config with Hydra; a bad key or task is a CampaignError naming it."""
+def check_campaign(spec: CampaignSpec, conf_dir: Path) -> str:
+    """Compose every member's config with Hydra; a bad key or task, or a candidate that is the baseline (named
+    or the implicit first configuration), is a CampaignError naming it. Returns the metric the comparison
+    resolves to: ``metric`` as written, or for ``auto`` "held-out eval" where a member runs eval groups
+    (``task.eval_every``), else ``reward/mean``."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    if spec.decision is not None:
-        match_config(spec, spec.decision.adopt, "decision.adopt")
-    baseline_label(spec)  # the baseline names one configuration
+    base = baseline_label(spec)  # the baseline names one configuration
+    if spec.decision is not None and match_config(spec, spec.decision.adopt, "decision.adopt") == base:
+        raise CampaignError(f"decision.adopt {spec.decision.adopt}: the candidate is the baseline {base} itself "
+                            "(with baseline: null the first configuration is the baseline); name another "
+                            "configuration or set baseline")
+    held_out = False
     with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base=None):
         for m in expand(spec):
             try:
-                compose(config_name="train", overrides=[*spec.base, *m.overrides, "train.out_dir=."])
+                cfg = compose(config_name="train", overrides=[*spec.base, *m.overrides, "train.out_dir=."])
             except (HydraException, OmegaConfBaseException) as exc:
                 raise CampaignError(f"member {m.label}: overrides {[*spec.base, *m.overrides]} do not compose: "
                                     f"{exc}") from exc
+            held_out = held_out or bool(cfg.task.get("eval_every", 0))
+    if spec.metric != "auto":
+        return spec.metric
+    return "held-out eval" if held_out else "reward/mean"
+
+
+def _frozen(spec: CampaignSpec, metric: str) -> dict[str, Any]:
+    """What the rule decided before the runs, as it resolves: the baseline's and candidate's labels (a reordered
+    sweep can move an implicit baseline), the metric ``auto`` resolves to, and the rest as written."""
+    d = spec.decision
+    return {"question": spec.question, "baseline": baseline_label(spec),
+            "candidate": match_config(spec, d.adopt, "decision.adopt") if d else None,
+            "min_gain": d.min_gain if d else None, "rule": d.rule if d else None, "metric": metric,
+            "confidence": spec.confidence}
 
 
 def _require_rule(spec: CampaignSpec) -> None:
@@ -108,12 +130,15 @@ def _require_rule(spec: CampaignSpec) -> None:
                             "decision: {adopt: {<swept key>: <value>}, min_gain: <gain>, rule: <in words>}")
 
 
-def _keeps(current: CampaignSpec) -> Any:
-    """A check that a proposal keeps what ``current`` decided before the runs (:data:`FROZEN`)."""
+def _keeps(current: CampaignSpec, conf_dir: Path) -> Any:
+    """A check that a proposal keeps what ``current`` decided before the runs (:data:`FROZEN`, as resolved)."""
+    before = _frozen(current, check_campaign(current, conf_dir))
+
     def check(spec: CampaignSpec) -> None:
-        changed = [k for k in FROZEN if getattr(spec, k) != getattr(current, k)]
+        now = _frozen(spec, check_campaign(spec, conf_dir))
+        changed = [k for k in before if now[k] != before[k]]
         if changed and (current.question or current.decision is not None):
-            was = {k: getattr(current, k) for k in changed}
+            was = {k: before[k] for k in changed}
             raise CampaignError(f"a proposal keeps {', '.join(changed)} as written before the runs ({was}): a rule "
                                 "changed after seeing the results decides nothing; change seeds, configurations, "
                                 "updates or the schedule only")
@@ -185,7 +210,12 @@ def last_answer(folder: Path) -> tuple[str, str]:
     todo = {"not resolved": "unresolved: add seeds", "worse": "lost: drop it", "stopped early": "lost: drop it",
             "better": "resolved better: keep it", "no result": "no finished member yet: keep it",
             "baseline": "the baseline: keep it"}
-    lines = [f"- {r['config']}: {r['verdict']} ({r.get('note') or 'n=' + str(r['seeds'])}) -> {todo.get(r['verdict'], 'keep')}"
+    def what(r: dict[str, Any]) -> str:  # a halving stop is a rank, not a loss: only "behind" showed it worse
+        if r["verdict"] == "stopped early" and not stopped_behind(r.get("note") or ""):
+            return "stopped on rank, not shown worse: unresolved"
+        return todo.get(r["verdict"], "keep")
+
+    lines = [f"- {r['config']}: {r['verdict']} ({r.get('note') or 'n=' + str(r['seeds'])}) -> {what(r)}"
              for r in comp.get("rows", [])]
     return comp["answer"]["line"], "\n".join(lines)
 
@@ -218,7 +248,7 @@ def propose_next(llm: ChatLLM, name: str, folder: Path | None = None, conf_dir: 
                                             f"{report.read_text()}\n\nanalysis.json:\n{analysis}\n\n{verdicts}Propose "
                                             "the next revision of this campaign (keep the name; members already "
                                             "finished are kept in MLflow and not rerun). Answer with the YAML."}]
-    spec = _ask(llm, messages, conf_dir, "propose", name, _keeps(current))
+    spec = _ask(llm, messages, conf_dir, "propose", name, _keeps(current, conf_dir))
     if answer:
         spec = _cite(spec, answer)
     header = f"Proposed by the research agent after {time.strftime('%Y-%m-%d %H:%M')} from {report}"

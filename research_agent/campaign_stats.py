@@ -4,13 +4,16 @@ Plain functions over numbers keyed by configuration label and seed (one value pe
 
 - :func:`seed_interval`: the difference ``other - baseline`` with a Student-t interval over seeds, paired
   by seed where at least two seeds are shared (the seed fixes the task instances a member sees, so
-  pairing removes their difficulty from the noise), Welch's otherwise; none with one seed (no spread).
+  pairing removes their difficulty from the noise), Welch's otherwise; none with one seed, and none with
+  zero spread (identical paired differences, or constant values on both sides: early checkpoints with a
+  few eval episodes give values like 0, 0.5, 1, and a zero-width interval would "prove" a difference).
 - :func:`compare_to_baseline`: one :class:`ConfigComparison` per configuration: its mean, its interval
   against the baseline and a verdict, ``better`` / ``worse`` when the interval excludes 0, else
   ``not resolved``.
 - :func:`answer`: the one-line answer to a decision rule stated before the runs ("adopt X if the metric
   gains >= g with the interval above 0"); :func:`summary_answer` when no rule was stated.
-- :func:`halving` / :func:`behind`: which configurations stop at an early-stop checkpoint.
+- :func:`halving` / :func:`behind`: which configurations stop at an early-stop checkpoint. Only a ``behind``
+  stop (:func:`stopped_behind`) shows a configuration worse; a halving stop is on rank, so not resolved.
 
 It reads no MLflow and draws nothing (:mod:`research_agent.analysis` does); no scipy: the t quantile
 is computed here (:func:`t_quantile`).
@@ -25,7 +28,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 __all__ = ["t_quantile", "Interval", "seed_interval", "ConfigComparison", "compare_to_baseline", "Answer", "answer",
-           "summary_answer", "halving", "behind", "signed"]
+           "summary_answer", "halving", "behind", "stopped_behind", "signed", "BEHIND"]
+
+BEHIND = "behind the baseline"   # what a ``behind`` stop says (:func:`behind`); :func:`stopped_behind` looks for it
+_FLAT = 1e-12                    # a spread this small (relative) is float noise on identical values: no spread
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -109,12 +115,16 @@ def signed(x: float) -> str:
 
 def seed_interval(baseline: Mapping[int, float], other: Mapping[int, float], level: float = 0.95) -> Interval | None:
     """``other - baseline`` with its t-interval over seeds: paired on the shared seeds when there are at least two,
-    else Welch's over all values; None when a side has fewer than two values (one seed has no spread)."""
+    else Welch's over all values; None when a side has fewer than two values (one seed has no spread) or the
+    values have no spread (identical paired differences, or constant values on both sides): a zero-width
+    interval would settle a difference that the seeds cannot show."""
     shared = sorted(set(baseline) & set(other))
     q = 0.5 + level / 2.0
     if len(shared) >= 2:
         diffs = [other[s] - baseline[s] for s in shared]
         mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
+        if sd <= _FLAT * max(1.0, abs(mean)):
+            return None
         half = t_quantile(q, len(diffs) - 1) * sd / math.sqrt(len(diffs))
         return Interval(mean, mean - half, mean + half, len(diffs), True, level)
     a, b = list(baseline.values()), list(other.values())
@@ -123,8 +133,8 @@ def seed_interval(baseline: Mapping[int, float], other: Mapping[int, float], lev
     mean = statistics.fmean(b) - statistics.fmean(a)
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
     se = math.sqrt(va + vb)
-    if se == 0.0:
-        return Interval(mean, mean, mean, min(len(a), len(b)), False, level)
+    if se <= _FLAT * max(1.0, abs(mean)):
+        return None
     df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))  # Welch-Satterthwaite
     half = t_quantile(q, df) * se
     return Interval(mean, mean - half, mean + half, min(len(a), len(b)), False, level)
@@ -152,7 +162,8 @@ def compare_to_baseline(values: Mapping[str, Mapping[int, float]], baseline: str
                         stopped: Mapping[str, str] | None = None,
                         configs: Iterable[str] = ()) -> list[ConfigComparison]:
     """Every configuration of ``values`` (config -> seed -> value of finished members) against ``baseline``,
-    the baseline first; ``stopped``: configurations stopped early with no finished member (config -> why);
+    the baseline first; ``stopped``: configurations with members stopped early (config -> why): the verdict of
+    one with no finished member, a note on one with some (its verdict is on the survivors only);
     ``configs``: more to list (members that ran but have no value yet show as "no result")."""
     stopped = dict(stopped or {})
     base = values.get(baseline, {})
@@ -167,16 +178,31 @@ def compare_to_baseline(values: Mapping[str, Mapping[int, float]], baseline: str
             rows.append(ConfigComparison(config, 0, None, None, "stopped early" if reason else "no result",
                                          reason or "no finished member yet"))
             continue
+        also = f"; {stopped[config]}" if config in stopped else ""
         iv = seed_interval(base, vals, level) if base else None
         if iv is None:
-            note = ("the baseline has no finished member yet" if not base else
-                    f"{min(len(base), len(vals))} seed(s): an interval needs 2 or more")
-            rows.append(ConfigComparison(config, len(vals), statistics.fmean(vals.values()), None, "not resolved", note))
+            rows.append(ConfigComparison(config, len(vals), statistics.fmean(vals.values()), None, "not resolved",
+                                         _no_interval(base, vals) + also))
             continue
         verdict = "better" if iv.lo > 0 else "worse" if iv.hi < 0 else "not resolved"
         rows.append(ConfigComparison(config, len(vals), statistics.fmean(vals.values()), iv, verdict,
-                                     "" if iv.resolved else "the interval crosses 0"))
+                                     (("" if iv.resolved else "the interval crosses 0") + also).lstrip("; ")))
     return rows
+
+
+def _no_interval(base: Mapping[int, float], vals: Mapping[int, float]) -> str:
+    """Why :func:`seed_interval` gave none: no baseline, one seed, or no spread."""
+    if not base:
+        return "the baseline has no finished member yet"
+    if len(set(base) & set(vals)) < 2 and min(len(base), len(vals)) < 2:
+        return f"{min(len(base), len(vals))} seed(s): an interval needs 2 or more"
+    return "no spread over seeds (every difference the same): an interval needs spread"
+
+
+def stopped_behind(note: str) -> bool:
+    """Whether a stop (its reason, or a row's note) was :func:`behind`'s: the interval lay below 0. A halving
+    stop is on rank alone and shows nothing about the difference."""
+    return f"{BEHIND}:" in note
 
 
 @dataclass(frozen=True)
@@ -190,11 +216,17 @@ class Answer:
 def answer(rows: list[ConfigComparison], candidate: str, baseline: str, min_gain: float, metric: str) -> Answer:
     """Apply "adopt ``candidate`` if ``metric`` gains >= ``min_gain`` over ``baseline`` with the interval above 0"."""
     row = next((r for r in rows if r.config == candidate), None)
+    base = next((r for r in rows if r.config == baseline), None)
     vs = f"{candidate} vs {baseline} on {metric}"
     if row is None or row.verdict == "no result":
         return Answer("not resolved", f"not resolved: {candidate} has no finished member yet; run it")
     if row.verdict == "stopped early":
-        return Answer("do not adopt", f"do not adopt {candidate}: {row.note}")
+        if stopped_behind(row.note):  # its interval lay below 0 at the checkpoint
+            return Answer("do not adopt", f"do not adopt {candidate}: {row.note}")
+        return Answer("not resolved", f"not resolved: {candidate} {row.note}; a stop on rank shows no difference "
+                                      f"from {baseline}; run it without halving")
+    if base is None or base.verdict == "no result":
+        return Answer("not resolved", f"not resolved: the baseline {baseline} has no finished member yet; run it")
     iv = row.interval
     if iv is None:
         return Answer("not resolved", f"not resolved: {vs}: mean {row.mean:.3f}, {row.note}; add seeds")
@@ -214,18 +246,23 @@ def summary_answer(rows: list[ConfigComparison], baseline: str, metric: str) -> 
     if not others:
         return Answer("not resolved", f"nothing to compare: only the baseline {baseline} ran")
     parts = [f"{r.config} {r.verdict}" + (f" ({r.interval.text()})" if r.interval else "") for r in others]
-    verdict = "not resolved" if any(r.verdict in ("not resolved", "no result") for r in others) else "resolved"
+    verdict = "not resolved" if any(r.verdict in ("not resolved", "no result") or
+                                    (r.verdict == "stopped early" and not stopped_behind(r.note))
+                                    for r in others) else "resolved"
     return Answer(verdict, f"{verdict} (no decision rule stated): vs {baseline} on {metric}: " + "; ".join(parts))
 
 
-def halving(at_rung: Mapping[str, list[float]], keep: float, baseline: str) -> dict[str, str]:
+def halving(at_rung: Mapping[str, list[float]], keep: float, baseline: str,
+            candidate: str | None = None) -> dict[str, str]:
     """Successive halving: the configurations outside the best ``ceil(keep * n)`` by mean value at the
-    checkpoint stop (config -> why); the baseline always goes on (the comparisons need it)."""
+    checkpoint stop (config -> why); the baseline and the decision's ``candidate`` always go on (the
+    decision needs both, and a rank is no interval: a stop on it would answer nothing)."""
     means = {c: statistics.fmean(v) for c, v in at_rung.items() if v}
     order = sorted(means, key=lambda c: -means[c])
     kept = max(1, math.ceil(keep * len(order)))
-    return {c: f"ranked {i} of {len(order)} ({means[c]:.3f}); halving keeps the best {kept} and the baseline"
-            for i, c in enumerate(order, 1) if i > kept and c != baseline}
+    kept_too = "the baseline and the candidate" if candidate else "the baseline"
+    return {c: f"ranked {i} of {len(order)} ({means[c]:.3f}); halving keeps the best {kept}, {kept_too}"
+            for i, c in enumerate(order, 1) if i > kept and c not in (baseline, candidate)}
 
 
 def behind(at_rung: Mapping[str, Mapping[int, float]], baseline: str, level: float = 0.95) -> dict[str, str]:
@@ -235,5 +272,5 @@ def behind(at_rung: Mapping[str, Mapping[int, float]], baseline: str, level: flo
     for c, vals in at_rung.items():
         iv = seed_interval(base, vals, level) if c != baseline else None
         if iv is not None and iv.hi < 0:
-            out[c] = f"behind the baseline: {iv.text()} ({iv.level:.0%} interval over {iv.n} seeds)"
+            out[c] = f"{BEHIND}: {iv.text()} ({iv.level:.0%} interval over {iv.n} seeds)"
     return out

@@ -18,6 +18,8 @@ import yaml
 from flows.campaign import Outcome, campaign_flow, deployment, main, member_overrides, plan_members, run_members
 from flows.campaign_members import MemberPlan
 from flows.campaign_runners import progress, run_night
+from flows.campaign_tracking import is_done
+from research_agent.analysis import MemberResult
 from research_agent.sweep import Member, config_hash, expand, parse_campaign
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,7 +106,8 @@ def test_a_night_pauses_members_at_checkpoints_stops_some_and_finishes_the_rest(
         return Outcome(p.member.key, "FINISHED", run_id=f"run{p.member.values['x']}")
 
     def decide(update: int, active: list[MemberPlan]) -> dict[str, str]:
-        assert update == 2 and [p.member.values["x"] for p in active] == [0, 1, 2, 3]
+        # member 2 resumed past update 2: it was judged there on its own night, not again tonight
+        assert update == 2 and [p.member.values["x"] for p in active] == [0, 1, 3]
         return {plans[1].member.key: "behind"}
 
     out = run_night(plans, segment, checkpoints=[2, 9], decide=decide,
@@ -120,6 +123,16 @@ def test_a_night_pauses_members_at_checkpoints_stops_some_and_finishes_the_rest(
         (folder / policy).mkdir(parents=True)
         (folder / policy / "LATEST").write_text(ckpt)
     assert progress(tmp_path / "m0") == 2 and progress(tmp_path / "m1") == 0
+
+
+def test_a_stopped_member_is_done_whatever_its_run_status() -> None:
+    def r(status: str, state: str) -> MemberResult:
+        return MemberResult("r", "k", "c", {}, 0, status, state=state)
+
+    # crashed past a checkpoint (FAILED), then stopped there: done, so no later night reruns and re-judges it
+    assert is_done(r("FAILED", "stopped")) and is_done(r("KILLED", "stopped")) and is_done(r("FINISHED", "stopped"))
+    assert is_done(r("FINISHED", "complete")) and is_done(r("FINISHED", ""))
+    assert not is_done(r("FAILED", "partial")) and not is_done(r("FINISHED", "partial"))
 
 
 @pytest.mark.slow
@@ -146,8 +159,9 @@ def test_halving_stops_the_member_behind_at_its_checkpoint_and_the_rest_resume(t
     report = (tmp_path / "campaign" / "report.md").read_text()
     assert "## Stopped early" in report and "- `model.warmup=none` seed 0: halving at update 1 of 2" in report
     assert "| `model.warmup=none` | 0 | – | – | – | stopped early (see below) |" in report
-    assert res["answer"].startswith("resolved (no decision rule stated): vs model.warmup=word_chain on eval/reward "
-                                    "(last 64 eval episodes): model.warmup=none stopped early")
+    # a halving stop is a rank after one seed and one update, not a loss: nothing is resolved
+    assert res["answer"].startswith("not resolved (no decision rule stated): vs model.warmup=word_chain on "
+                                    "eval/reward (last 64 eval episodes): model.warmup=none stopped early")
     # stopped is done: the next night runs nothing
     assert campaign_flow("tiny_stop", _overrides(tmp_path), conf_dir=str(conf))["outcomes"] == []
 

@@ -1,5 +1,5 @@
 """Campaign statistics and the report's comparison: t quantiles, intervals over seeds (paired by seed, Welch
-otherwise, none for one seed), verdicts against the baseline, the one-line answer to a decision rule, the
+otherwise, none for one seed or no spread), verdicts against the baseline, the one-line answer to a decision rule, the
 early-stop rules, the held-out eval window, and the report's table, plot and analysis.json."""
 
 from __future__ import annotations
@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from research_agent.analysis import MemberResult, metric_keys, study, windowed, write_report
+from research_agent.analysis import MemberResult, comparison_lines, metric_keys, study, windowed, write_report
 from research_agent.campaign_stats import (
     answer,
     behind,
     compare_to_baseline,
     halving,
     seed_interval,
+    stopped_behind,
     summary_answer,
     t_quantile,
 )
@@ -40,9 +41,19 @@ def test_paired_by_seed_where_seeds_are_shared_welch_otherwise_none_for_one_seed
     half = 4.3027 * math.sqrt(sum((d - 0.1) ** 2 for d in diffs) / 2) / math.sqrt(3)
     assert iv.diff == pytest.approx(0.1) and iv.lo == pytest.approx(0.1 - half, abs=1e-4) and iv.lo > 0
     unpaired = seed_interval({5: 0.10, 6: 0.50, 7: 0.90}, other)  # no shared seed: Welch, seed spread stays
-    assert unpaired is not None and not unpaired.paired and unpaired.lo < 0 < unpaired.hi
+    # by hand: variances 0.16 and 0.1524 over 3 seeds each, se^2 = (0.16 + 0.1524) / 3 = 0.10413;
+    # Welch-Satterthwaite df = se^4 / ((0.16/3)^2/2 + (0.1524/3)^2/2) = 3.998; t(0.975, 3.998) = 2.777
+    half = 2.777 * math.sqrt((0.16 + 0.1524) / 3)
+    assert unpaired is not None and not unpaired.paired and unpaired.n == 3
+    assert unpaired.diff == pytest.approx(0.1) and half == pytest.approx(0.896, abs=1e-3)
+    assert (unpaired.lo, unpaired.hi) == (pytest.approx(0.1 - half, abs=1e-3), pytest.approx(0.1 + half, abs=1e-3))
     assert seed_interval({0: 0.1}, {0: 0.9}) is None  # one seed: no spread, no interval
-    assert seed_interval({0: 0.1, 1: 0.2}, {0: 0.3, 1: 0.4}).lo == pytest.approx(0.2)  # identical gains: zero width
+    # no spread is no evidence (early checkpoints with few eval episodes give 0, 0.5, 1): no interval at all
+    assert seed_interval({0: 0.1, 1: 0.2}, {0: 0.3, 1: 0.4}) is None  # identical paired gains
+    assert seed_interval({0: 0.15, 1: 0.25, 2: 0.35}, {0: 0.2, 1: 0.3, 2: 0.4}) is None  # equal up to float noise
+    assert seed_interval({5: 0.5, 6: 0.5}, {0: 0.25, 1: 0.25}) is None  # constant on both sides: Welch has none
+    one_flat = seed_interval({5: 0.5, 6: 0.5, 7: 0.5}, {0: 0.2, 1: 0.3, 2: 0.4})  # spread on one side is enough
+    assert one_flat is not None and one_flat.hi == pytest.approx(-0.2 + 4.303 * 0.1 / math.sqrt(3), abs=1e-3)  # df 2
 
 
 def test_verdicts_against_the_baseline() -> None:
@@ -57,10 +68,22 @@ def test_verdicts_against_the_baseline() -> None:
     assert line.startswith("not resolved (no decision rule stated): vs b on eval/reward: up better (+0.203")
 
 
+def test_zero_spread_is_not_resolved_and_stops_nothing() -> None:
+    flat = {"b": {0: 0.5, 1: 0.5}, "c": {0: 0.25, 1: 0.25}}  # two seeds of an early checkpoint, all alike
+    assert behind(flat, "b") == {}
+    rows = compare_to_baseline(flat, "b")
+    assert (rows[1].verdict, rows[1].interval, rows[1].mean) == ("not resolved", None, 0.25)
+    assert rows[1].note == "no spread over seeds (every difference the same): an interval needs spread"
+    a = answer(rows, "c", "b", 0.0, "eval/win")
+    assert a.verdict == "not resolved" and a.line.endswith("an interval needs spread; add seeds")
+    assert summary_answer(rows, "b", "eval/win").verdict == "not resolved"
+
+
 def test_the_decision_rule_is_answered_in_one_line() -> None:
-    def ans(cand: dict[int, float], min_gain: float = 0.0, stopped: dict[str, str] | None = None) -> tuple[str, str]:
-        rows = compare_to_baseline({"b": {0: 0.1, 1: 0.2, 2: 0.3}, "c": cand} if cand else {"b": {0: 0.1}}, "b",
-                                   stopped=stopped)
+    def ans(cand: dict[int, float] | None, min_gain: float = 0.0, stopped: dict[str, str] | None = None,
+            base: dict[int, float] | None = None) -> tuple[str, str]:
+        values = {"b": base if base is not None else {0: 0.1, 1: 0.2, 2: 0.3}, "c": cand or {}}
+        rows = compare_to_baseline({k: v for k, v in values.items() if v}, "b", stopped=stopped, configs=["c"])
         a = answer(rows, "c", "b", min_gain, "eval/win")
         assert "\n" not in a.line
         return a.verdict, a.line
@@ -69,14 +92,21 @@ def test_the_decision_rule_is_answered_in_one_line() -> None:
     assert verdict == "adopt" and line.startswith("adopt c: c vs b on eval/win 95% interval +0.203 [")
     assert "over 3 seeds (paired); meets the rule (gain >= 0.03, interval above 0)" in line
     assert ans({0: 0.0, 1: 0.1, 2: 0.21})[0] == "do not adopt"  # worse
-    verdict, line = ans({0: 0.15, 1: 0.25, 2: 0.35}, min_gain=0.5)  # a real gain, far below the required one
+    verdict, line = ans({0: 0.15, 1: 0.26, 2: 0.35}, min_gain=0.5)  # a real gain, far below the required one
     assert verdict == "do not adopt" and "below the required gain 0.5" in line
+    verdict, line = ans({0: 0.3, 1: 0.41, 2: 0.5}, min_gain=0.21)  # [+0.189, +0.218]: above 0, mean below 0.21
+    assert verdict == "not resolved" and "the interval is above 0 but the mean gain is below 0.21; add seeds" in line
     verdict, line = ans({0: 0.5, 1: 0.0, 2: 0.4})
     assert verdict == "not resolved" and "crosses 0; add seeds" in line
     verdict, line = ans({0: 0.9})
     assert verdict == "not resolved" and "1 seed(s): an interval needs 2 or more; add seeds" in line
-    assert ans({}, stopped={"c": "stopped early: halving at update 2"}) == (
-        "do not adopt", "do not adopt c: stopped early: halving at update 2")
+    assert ans(None) == ("not resolved", "not resolved: c has no finished member yet; run it")  # the no-result row
+    assert ans({0: 0.3, 1: 0.4}, base={}) == (
+        "not resolved", "not resolved: the baseline b has no finished member yet; run it")
+    behind_b = "stopped early: behind at update 2 of 4 on eval/win: behind the baseline: -0.300 [-0.350, -0.250]"
+    assert ans(None, stopped={"c": behind_b}) == ("do not adopt", f"do not adopt c: {behind_b}")
+    verdict, line = ans(None, stopped={"c": "stopped early: halving at update 2 of 4: ranked 3 of 4"})
+    assert verdict == "not resolved" and "a stop on rank shows no difference from b" in line  # a rank is no loss
 
 
 def test_early_stop_rules() -> None:
@@ -84,9 +114,15 @@ def test_early_stop_rules() -> None:
     stops = halving(at, 0.5, "b")
     assert set(stops) == {"z"} and "ranked 4 of 4 (0.100)" in stops["z"]  # best 2 (x, y) go on, and the baseline
     assert set(halving(at, 0.25, "x")) == {"y", "z", "b"}
-    by_seed = {"b": {0: 0.3, 1: 0.4, 2: 0.5}, "lost": {0: 0.0, 1: 0.1, 2: 0.2}, "maybe": {0: 0.6, 1: 0.1, 2: 0.5},
+    # the decision's candidate goes on like the baseline, even when it ranks low: a rank is no interval
+    ahead = {"x": [0.6], "y": [0.5], "c": [0.4], "b": [0.1]}
+    assert set(halving(ahead, 0.5, "b")) == {"c"} and halving(ahead, 0.5, "b", candidate="c") == {}
+    by_seed = {"b": {0: 0.3, 1: 0.4, 2: 0.5}, "lost": {0: 0.0, 1: 0.12, 2: 0.19}, "maybe": {0: 0.6, 1: 0.1, 2: 0.5},
                "one": {0: 0.0}}
-    assert set(behind(by_seed, "b")) == {"lost"}  # one seed is never "clearly" behind
+    stops = behind(by_seed, "b")  # lost: differences -0.30, -0.28, -0.31, interval [-0.335, -0.259]
+    assert set(stops) == {"lost"} and stopped_behind(stops["lost"])  # one seed is never "clearly" behind
+    assert stops["lost"].startswith("behind the baseline: -0.297 [-0.335, -0.259]")
+    assert not stopped_behind(halving(at, 0.5, "b")["z"])
 
 
 def test_held_out_eval_is_the_default_metric_averaged_over_the_last_episodes() -> None:
@@ -144,3 +180,22 @@ def test_campaign_names_its_baseline_and_candidate_among_the_swept_configuration
         parse_campaign(data | {"decision": {"adopt": {"algo.lr_": 0.004}}})
     with pytest.raises(CampaignError, match="early_stop.at"):
         parse_campaign(data | {"early_stop": {"at": [0]}})
+
+
+def test_stopped_seeds_stay_visible_and_only_a_behind_stop_counts_as_resolved() -> None:
+    results = [_m("wc", s, v) for s, v in enumerate([0.40, 0.44, 0.39])]
+    results += [_m("rd", s, v) for s, v in enumerate([0.20, 0.25, 0.18])]
+    results.append(_m("rd", 3, 0.05, state="stopped", stopped="behind at update 1 of 2: behind the baseline: -0.3"))
+    halved = [_m("none", s, 0.15, state="stopped", stopped="halving at update 1 of 2: ranked 3 of 3") for s in range(2)]
+    st = study(results + halved, "model.warmup=wc", "eval/reward")
+    rows = {r.config: r for r in st.rows}
+    rd = rows["model.warmup=rd"]  # its verdict is on the survivors; the stopped seed is said, not dropped
+    assert (rd.verdict, rd.seeds, rd.note) == ("worse", 3, "seed 3 stopped early, not counted (see below)")
+    assert ("| `model.warmup=rd` | 3 | 0.210 | -0.200 | [-0.225, -0.175] paired | worse (seed 3 stopped early, "
+            "not counted (see below)) |") in comparison_lines(st)
+    assert "`model.warmup=rd` seed 3: behind at update 1 of 2: behind the baseline: -0.3" in st.stopped
+    assert st.answer.verdict == "not resolved"  # none stopped on rank: not shown worse
+    assert st.answer.line.startswith("not resolved (no decision rule stated)")
+    behind_only = [_m("none", s, 0.15, state="stopped", stopped="behind at update 1 of 2: behind the baseline: -0.2")
+                   for s in range(2)]
+    assert study(results + behind_only, "model.warmup=wc", "eval/reward").answer.verdict == "resolved"

@@ -1,7 +1,8 @@
 """The campaign planner with a scripted fake LLM (a stand-in for the paid API): a plan states its question and
 decision rule before any run (an invalid first answer, or one without a rule, is sent back); the next night's
 proposal reads a real report (research_agent.analysis), is told what is unresolved and what lost, keeps the
-rule (a changed rule is sent back), cites the answer; applied only on approval or --auto."""
+rule as it resolves (a changed rule, a reordered sweep that moves an implicit baseline, a metric that ``auto``
+would resolve otherwise are sent back), cites the answer; applied only on approval or --auto."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import yaml
 
 from research_agent.analysis import MemberResult, study, write_report
-from research_agent.campaign import approve, main, plan_campaign, propose_next
+from research_agent.campaign import _keeps, approve, check_campaign, last_answer, main, plan_campaign, propose_next
 from research_agent.errors import CampaignError
 from research_agent.llm import ChatLLM
 from research_agent.sweep import baseline_label, expand, parse_campaign
@@ -47,7 +48,7 @@ def planner_script(messages: list[dict]) -> str:
     if "Last night's answer: not resolved: algo.lora.rank=32 vs algo.lora.rank=8" in last:
         assert "- algo.lora.rank=32: not resolved (1 seed(s): an interval needs 2 or more) -> unresolved: add seeds" in last
         return _proposal([0, 1, 2], min_gain=0.01)  # moves the goalposts: sent back
-    if "a proposal keeps decision as written before the runs" in last:
+    if "a proposal keeps min_gain as written before the runs" in last:
         return _proposal([0, 1, 2])
     if "invalid" in last:
         assert "algo.lora.rnk" in last
@@ -127,3 +128,39 @@ def test_a_plan_without_a_rule_goes_back_and_one_that_never_states_it_fails(fake
     with pytest.raises(CampaignError, match="no valid campaign after 2 answers: state the question and the decision"):
         plan_campaign(llm, "compare LoRA ranks", conf)
     assert not path.exists()
+
+
+def test_the_frozen_rule_is_compared_as_it_resolves(conf: Path, tmp_path: Path) -> None:
+    tiny = yaml.safe_load((REPO / "conf" / "campaign" / "tiny_lr.yaml").read_text())  # baseline: null, metric: auto
+    current = parse_campaign(tiny)
+    assert check_campaign(current, conf) == "reward/mean"  # no eval groups: auto is the training reward
+    keeps = _keeps(current, conf)
+    keeps(parse_campaign(tiny | {"sweep": {**tiny["sweep"], "seeds": [0, 1, 2]}}))  # more seeds: kept
+    reordered = parse_campaign(tiny | {"sweep": {**tiny["sweep"], "params": {"algo.lr": [0.004, 0.001]}}})
+    with pytest.raises(CampaignError, match="candidate is the baseline algo.lr=0.004 itself"):
+        keeps(reordered)  # the implicit baseline would become the candidate
+    three = {**tiny["sweep"], "params": {"algo.lr": [0.001, 0.002, 0.004]}}
+    keeps3 = _keeps(parse_campaign(tiny | {"sweep": three}), conf)
+    with pytest.raises(CampaignError, match=r"a proposal keeps baseline as written before the runs \(\{'baseline': "
+                                            "'algo.lr=0.001'"):
+        keeps3(parse_campaign(tiny | {"sweep": {**three, "params": {"algo.lr": [0.002, 0.001, 0.004]}}}))
+    with pytest.raises(CampaignError, match="a proposal keeps metric as written"):
+        keeps(parse_campaign(tiny | {"base": [*tiny["base"], "task.eval_every=2"]}))  # auto: reward -> eval
+    implicit = parse_campaign(tiny | {"decision": {"adopt": {"algo.lr": 0.001}, "min_gain": 0.0}})
+    with pytest.raises(CampaignError, match=r"decision.adopt \{'algo.lr': 0.001\}: the candidate is the baseline"):
+        check_campaign(implicit, conf)
+
+
+def test_the_planner_hears_a_halving_stop_as_unresolved_and_a_behind_stop_as_lost(tmp_path: Path) -> None:
+    results = [MemberResult(f"r{c}{s}", f"m{c}{s}", f"algo.lora.rank={c}", {"algo.lora.rank": c}, s, "FINISHED",
+                            [(1, 0.4 + 0.01 * s)]) for c in (8,) for s in range(2)]
+    results += [MemberResult(f"r{c}{s}", f"m{c}{s}", f"algo.lora.rank={c}", {"algo.lora.rank": c}, s, "FAILED",
+                             [(1, 0.1)], state="stopped", stopped=why) for s in range(2)
+                for c, why in ((16, "halving at update 1 of 2: ranked 3 of 3"),
+                               (32, "behind at update 1 of 2: behind the baseline: -0.300 [-0.4, -0.2]"))]
+    write_report("m", results, ["algo.lora.rank"], "eval/reward", tmp_path, st=study(results, "algo.lora.rank=8",
+                                                                                     "eval/reward"))
+    _, per_config = last_answer(tmp_path)
+    assert "- algo.lora.rank=16: stopped early (stopped early: halving" in per_config
+    assert "ranked 3 of 3) -> stopped on rank, not shown worse: unresolved" in per_config
+    assert "[-0.4, -0.2]) -> lost: drop it" in per_config
