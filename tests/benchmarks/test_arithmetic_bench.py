@@ -1,10 +1,9 @@
 """benchmarks/arithmetic_bench.py's choices, without training (a run takes an hour): which sides run, the vllm
-side's environment, its server's start-up read from the flow's log, the paired interval."""
+side's trainer threads, its server's start-up read from the flow's log, the paired interval."""
 
 from __future__ import annotations
 
 import argparse
-import os
 
 import pytest
 
@@ -24,14 +23,16 @@ def test_the_default_is_still_hf_and_trl_and_backends_pick_the_sides(load_bench)
     assert bench.SWARM_SIDES["vllm"] == ("swarmpool_vllm", "smollm2_vllm")
 
 
-def test_the_vllm_sides_environment_is_set_for_its_flow_only(load_bench, monkeypatch, tmp_path):
+def test_the_vllm_sides_trainer_threads_come_from_its_model_config_and_its_start_up_from_its_log(load_bench,
+                                                                                                   tmp_path):
     bench = load_bench("arithmetic_bench")
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    with bench._env_var("OMP_NUM_THREADS", "1"):
-        assert os.environ["OMP_NUM_THREADS"] == "1"
-    assert "OMP_NUM_THREADS" not in os.environ
-    with bench._env_var("OMP_NUM_THREADS", None):  # 0 threads: torch's default, the environment as is
-        assert "OMP_NUM_THREADS" not in os.environ
+    from omegaconf import OmegaConf
+
+    from swarm.policy.vllm import VLLMSettings
+
+    conf = OmegaConf.to_container(OmegaConf.load(bench.REPO / "conf" / "model" / "smollm2_vllm.yaml"))
+    conf["serve"]["log_dir"] = str(tmp_path)  # the file's interpolation needs the run's config
+    assert VLLMSettings(**conf).torch_threads == 1  # beside the engine's spinning threads (the bench's docstring)
     log = tmp_path / "out" / "vllm" / "vllm.log"  # the flow's local server writes its log in the run folder
     log.parent.mkdir(parents=True)
     log.write_text("# swarm: python -c <bootstrap> ...\n(APIServer pid=1) INFO 12-06 08:05:15 [api_utils.py:286] args\n"
