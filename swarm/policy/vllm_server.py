@@ -211,16 +211,27 @@ class VLLMServer:
         return f"; last lines of {self.log_path}:\n{tail}" if tail else f" (no log at {self.log_path})"
 
     # ----------------------------------------------------------------------------- lifecycle
-    def start(self, port_taken: bool = False) -> VLLMServer:
+    def start(self) -> VLLMServer:
         """Spawn the server and wait until it is ready (see ``_wait_ready``); raise :class:`VLLMServerError` if not.
 
-        ``port_taken``: this is the second try after the picked port went to another process (once only)."""
+        When we picked the port (``port=0``) and another process took it before vLLM bound it, start once more on
+        another free port."""
+        picked = not self.port
+        try:
+            return self._start_once()
+        except VLLMServerError as exc:
+            if not picked or "address already in use" not in str(exc).lower():
+                raise
+            log.warning("vllm: port %d was taken while the server started; starting again on another", self.port)
+            self.port = 0
+            return self._start_once()
+
+    def _start_once(self) -> VLLMServer:
         with self._lock:
             if self.alive():
                 return self
             if not self.python.exists():
                 raise VLLMServerError(f"no vLLM venv at {self.python}: run `make vllm-venv` (or set SWARM_VLLM_PYTHON)")
-            picked = not self.port
             self.port = self.port or _free_port()
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             cmd = [str(self.python), "-c", _BOOTSTRAP, str(os.getpid()), ENTRY_MODULE,
@@ -236,14 +247,6 @@ class VLLMServer:
                  self.log_path)
         try:
             self._wait_ready(t0)
-        except VLLMServerError as exc:
-            self.stop()
-            if port_taken or not picked or "address already in use" not in str(exc).lower():
-                raise
-            # the free port we picked was taken by another process before vLLM bound it: once more on a new one
-            log.warning("vllm: port %d was taken while the server started; starting again on another", self.port)
-            self.port = 0
-            return self.start(port_taken=True)
         except BaseException:  # not ready, died, or Ctrl-C while waiting: leave nothing running
             self.stop()
             raise
