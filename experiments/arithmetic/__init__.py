@@ -15,19 +15,19 @@ last number) is the answer, else 0.
 
 from __future__ import annotations
 
-import hashlib
 import random
 from functools import lru_cache
 from typing import Any
 
 from pydantic import Field
 
+from experiments.math.problems import EVAL_SEED_BASE
+from experiments.math.problems import held_out as _held_out  # a fixed quarter of the problems, by hash
 from experiments.math.reward import parse_final_number
 from swarm.client import AgentLLM, TaskOptions
 
 __all__ = ["EVAL_SEED_BASE", "Options", "problems", "make_instance", "run_episode", "score"]
 
-EVAL_SEED_BASE = 900_000_000  # the bench's held-out seeds start here (training seeds are far below)
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 
 
@@ -36,10 +36,6 @@ class Options(TaskOptions):
 
     max_operand: int = Field(default=9, ge=1)
     ops: str = Field(default="+-", pattern=r"^[+*-]+$")
-
-
-def _held_out(question: str) -> bool:
-    return hashlib.sha256(question.encode()).digest()[0] < 64  # a fixed quarter of the problems
 
 
 @lru_cache(maxsize=16)

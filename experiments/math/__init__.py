@@ -12,17 +12,14 @@ from typing import Any, Literal
 
 from experiments.math.agent import solve
 from experiments.math.calculator import CALCULATOR_TOOL, evaluate, run_calculator
-from experiments.math.problems import make_calc_problem, make_problem
+from experiments.math.problems import EVAL_SEED_BASE, make_calc_problem, make_problem
 from experiments.math.reward import TOOL_BONUS, math_reward, parse_final_number
 from swarm.client import AgentLLM, TaskOptions
 
-__all__ = ["EVAL_SEED_BASE", "MAX_TURNS", "Options", "make_instance", "run_episode", "math_reward", "parse_final_number", "evaluate",
-           "run_calculator", "CALCULATOR_TOOL", "TOOL_BONUS"]
+__all__ = ["EVAL_SEED_BASE", "MAX_TURNS", "Options", "make_instance", "run_episode", "math_reward",
+           "parse_final_number", "evaluate", "run_calculator", "CALCULATOR_TOOL", "TOOL_BONUS"]
 
 MAX_TURNS = 4
-
-
-EVAL_SEED_BASE = 900_000_000  # seeds from here draw the held-out ``calc`` problems (training seeds are far below)
 
 
 class Options(TaskOptions):

@@ -8,10 +8,13 @@ Nothing is downloaded or shipped. This module does not talk to any model or grad
 
 from __future__ import annotations
 
+import hashlib
 import random
 from typing import Any
 
-__all__ = ["NAMES", "ITEMS", "make_problem", "make_calc_problem", "held_out"]
+__all__ = ["EVAL_SEED_BASE", "NAMES", "ITEMS", "make_problem", "make_calc_problem", "held_out"]
+
+EVAL_SEED_BASE = 900_000_000  # held-out problems are drawn from seeds from here (training seeds are far below)
 
 NAMES = ("Tom", "Sara", "Ali", "Mia", "Ken", "Lena", "Omar", "Zoe")
 ITEMS = ("apples", "marbles", "stickers", "pencils", "cookies", "stamps", "shells", "cards")
@@ -59,9 +62,8 @@ def make_problem(seed: int) -> dict[str, Any]:
 
 
 def held_out(question: str) -> bool:
-    """Whether a problem belongs to the held-out quarter (a hash of its text): never trained on, only evaluated."""
-    import hashlib
-
+    """Whether a problem belongs to the held-out quarter (a hash of its text): never trained on, only evaluated
+    (the ``math`` calc problems and the ``arithmetic`` task alike)."""
     return hashlib.sha256(question.encode()).digest()[0] < 64
 
 
