@@ -9,10 +9,9 @@ sampling defaults from the checkpoint); see docs/policy.md. The fields sent and 
 against vLLM v0.33.0's protocol source in ``tests/policy/test_vllm_contract.py``.
 
 LoRA: ``load_weights`` writes the adapter to ``adapter_dir/<policy>-v<version>`` and loads it with
-``POST /v1/load_lora_adapter`` under that new name (a new name lets each response's ``model`` say which version ran; ``load_inplace``
-replaces an adapter of that name a server kept from an earlier run, e.g. one resumed from an older
-checkpoint), checks
-``/v1/models`` lists it, switches the policy to it, and unloads the previous adapter once no
+``POST /v1/load_lora_adapter`` under that new name (a new name lets each response's ``model`` say which
+version ran; ``load_inplace`` replaces an adapter of that name a server kept from an earlier run, e.g. one
+resumed from an older checkpoint), checks ``/v1/models`` lists it, switches the policy to it, and unloads the previous adapter once no
 request uses it. Every response's ``model`` is checked against the adapter
 requested, so a stale adapter is never recorded as the new version.
 
