@@ -266,3 +266,13 @@ def test_config_dir_task_outside_the_repo_and_a_changed_config_reruns(tmp_path: 
     # unchanged: nothing reruns
     third = campaign_flow("ext", [*overrides, "train.updates=2"], conf_dir=str(conf))
     assert third["outcomes"] == [] and third["nights"] == 3
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "conf" / "campaign").glob("*.yaml")))
+def test_every_shipped_campaign_composes(name: str) -> None:
+    """Each campaign file in conf/campaign loads, and every member's config composes with its decision rule."""
+    from research_agent.campaign import CONF_DIR, check_campaign, load_campaign_file
+
+    spec = load_campaign_file(name)
+    assert spec.name == name and expand(spec)
+    assert check_campaign(spec, CONF_DIR) in ("held-out eval", "reward/mean") or spec.metric != "auto"
