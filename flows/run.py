@@ -85,8 +85,10 @@ def _update_policies(s: Session, settings: update.UpdateSettings, on_poll: Calla
         if result is None:
             break
         m, steps = result
-        row.update({k if len(s.ledgers) == 1 else f"{k}/{policy}": v for k, v in m.items()})
+        t0 = time.perf_counter()
         _log_samples(steps, s.backend, policy, led.trainer.version, s.cfg.mlflow.sample_trajectories)
+        m["time/samples_s"] = time.perf_counter() - t0
+        row.update({k if len(s.ledgers) == 1 else f"{k}/{policy}": v for k, v in m.items()})
         if health is not None and _stop_unhealthy(s, health.check(policy, led.trainer.version, m)):
             break
     return row
@@ -127,7 +129,7 @@ def _loop(s: Session) -> None:
     health = RunHealth(cfg.algo.max_mismatch, cfg.algo.max_stale_serving_s)
     done0 = s.updates()
     with console.TrainProgress(max(cfg.train.updates - done0, 0), s.pool) as progress:
-        t_eval = time.time()
+        t_eval, t_log = time.time(), None
         while s.updates() < ctl.knobs["updates"] and not s.stop.is_set():
             if ctl.paused:
                 flow_control.log_event(s.control_lines, event="pause", version=s.version())
@@ -143,10 +145,17 @@ def _loop(s: Session) -> None:
                 if ctl.paused:
                     continue
                 break
+            t0 = time.perf_counter()
             row.update(loop.episode_metrics(s.pool, t_eval, policies=cfg.policies))  # win rate, accuracy, ...
+            t1 = time.perf_counter()
             evals.record_run_evals(s.pool, t_eval, cfg.policies, {"mlflow_run_id": s.run.info.run_id})  # per version
             t_eval = time.time()
+            row.update({"time/episode_metrics_s": t1 - t0, "time/eval_writes_s": time.perf_counter() - t1})
+            if t_log is not None:  # the previous row's logging: a row cannot time its own
+                row["time/mlflow_s"] = t_log
+            t0 = time.perf_counter()
             s.record(row)
+            t_log = time.perf_counter() - t0
             progress.advance(row)
             ctl.progress(s.updates(), s.version())
     if ctl.state == "stopping":

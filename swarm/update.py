@@ -23,9 +23,11 @@ be leased at all.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +40,7 @@ from swarm.train.faults import crash_point
 from swarm.train.feedback import RatingRule, correction_items, fill_rewards, rated_rewards, step_ratings
 from swarm.train.health import served_version_metrics
 
-__all__ = ["UpdateSettings", "Stages", "train", "lease_usable", "apply", "run_update", "run_updates", "follow",
+__all__ = ["UpdateSettings", "Stages", "Clock", "train", "lease_usable", "apply", "run_update", "run_updates", "follow",
            "rate", "pending_corrections", "fill_from_ratings"]
 
 
@@ -64,6 +66,26 @@ class UpdateSettings:
     max_corrections: int = 8
 
 
+class Clock:
+    """Wall seconds per phase of one update, summed over repeats (a wait whose lease came back empty):
+    ``with clock("lease"): ...`` adds to ``time/lease_s``. What an update costs outside training is read
+    off these (docs/policy.md "What an update costs", ``benchmarks/update_bench.py``)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += time.perf_counter() - t0
+
+    def metrics(self) -> dict[str, float]:
+        return {f"time/{k}_s": v for k, v in self.seconds.items()}
+
+
 def train(trainer: Trainer, items: list[TrainSeq], lead: bool = True) -> dict[str, float]:
     """One optimizer step on ``items``; the leader first sends them to the torchrun followers."""
     if lead:
@@ -83,49 +105,64 @@ class Stages:
 
 
 def lease_usable(ledger: Ledger, s: UpdateSettings, stop: threading.Event, stages: Stages = Stages(),
-                 on_poll: Callable[[Any], None] | None = None) -> tuple[Lease, list[Step], int] | None:
+                 on_poll: Callable[[Any], None] | None = None, clock: Clock | None = None
+                 ) -> tuple[Lease, list[Step], int] | None:
     """Wait, renew our pending leases, lease, quarantine: (lease, usable steps, quarantined) or None (stopped).
-    Each wait first publishes its filter as the policy's lease plan (what the dashboard shows)."""
+    Each wait first publishes its filter as the policy's lease plan (what the dashboard shows); ``clock``
+    times the phases (``plan``, ``wait``, ``renew``, ``lease``, ``quarantine``)."""
     trainer, pool = ledger.trainer, ledger.pool
+    clock = clock or Clock()
     flt = loop.trainable_filter(trainer.policy, trainer.version, s.max_staleness, curated=s.curated,
                                 nonzero_variance=s.strategy == "groups_var")
     while True:  # an empty lease (the groups went to another trainer first) means: wait again
-        pool.set_lease_plan(trainer.policy, flt, s.curation, trainer.version)
-        decision = stages.wait(pool, flt, s.strategy, min_episodes=s.min_episodes, min_groups=s.min_groups,
-                               group_size=s.group_size, timeout_s=s.timeout_s, clients=pool.sync_clients,
-                               on_poll=on_poll, should_stop=stop.is_set)
+        with clock("plan"):
+            pool.set_lease_plan(trainer.policy, flt, s.curation, trainer.version)
+        with clock("wait"):
+            decision = stages.wait(pool, flt, s.strategy, min_episodes=s.min_episodes, min_groups=s.min_groups,
+                                   group_size=s.group_size, timeout_s=s.timeout_s, clients=pool.sync_clients,
+                                   on_poll=on_poll, should_stop=stop.is_set)
         if not decision.fire:
             return None
-        if s.strategy in ("any_agree", "all_agree"):
-            pool.take_agreements()  # the update fired on them
-        ledger.renew()  # our own lease must never take back steps we trained but did not settle yet
-        lease = stages.lease(pool, flt, decision, ledger.ttl_s)
-        steps, bad = quarantine.usable(lease.steps, *quarantine.limits_of(trainer.model))
-        if bad:
-            quarantine.quarantine(pool, bad)
-            if not steps:
-                pool.settle(lease.lease_id, [], trainer.version)  # close it; the labels keep them out
+        with clock("renew"):
+            if s.strategy in ("any_agree", "all_agree"):
+                pool.take_agreements()  # the update fired on them
+            ledger.renew()  # our own lease must never take back steps we trained but did not settle yet
+        with clock("lease"):
+            lease = stages.lease(pool, flt, decision, ledger.ttl_s)
+        with clock("quarantine"):
+            steps, bad = quarantine.usable(lease.steps, *quarantine.limits_of(trainer.model))
+            if bad:
+                quarantine.quarantine(pool, bad)
+                if not steps:
+                    pool.settle(lease.lease_id, [], trainer.version)  # close it; the labels keep them out
         if steps:
             return lease, steps, len(bad)
 
 
 def apply(trainer: Trainer, items: list[TrainSeq], stages: Stages = Stages(), ledger: Ledger | None = None,
           lease: Lease | None = None, stop: threading.Event | None = None,
-          extra: dict[str, Any] | None = None, after: int | None = None) -> dict[str, float]:
+          extra: dict[str, Any] | None = None, after: int | None = None,
+          clock: Clock | None = None) -> dict[str, float]:
     """Update -> publish -> record the ``lease`` -> checkpoint + settle when due (or stopping); a follower
-    (no ``ledger``) only trains and publishes the version after ``after`` (rank 0's before this update)."""
-    metrics = stages.update(trainer, items, ledger is not None)
+    (no ``ledger``) only trains and publishes the version after ``after`` (rank 0's before this update).
+    ``clock`` times the stages (``train``, ``publish_stage``, ``journal``, ``checkpoint``)."""
+    clock = clock or Clock()
+    with clock("train"):
+        metrics = stages.update(trainer, items, ledger is not None)
     crash_point("after_update")
     if ledger is None:
         trainer.publish(save=False, after=after)  # a follower: rank 0 saves, loads and records
         return metrics
     commit = ledger.due() or (stop is not None and stop.is_set())
-    metrics.update(stages.publish(ledger, commit))  # an update ending at a checkpoint keeps its adapter
-    if lease is not None:
-        ledger.trained(lease.lease_id, [st.step_id for st in lease.steps])
+    with clock("publish_stage"):
+        metrics.update(stages.publish(ledger, commit))  # an update ending at a checkpoint keeps its adapter
+    with clock("journal"):
+        if lease is not None:
+            ledger.trained(lease.lease_id, [st.step_id for st in lease.steps])
     crash_point("after_publish")
-    if commit:
-        stages.checkpoint(ledger, dict(extra or {}))
+    with clock("checkpoint"):
+        if commit:
+            stages.checkpoint(ledger, dict(extra or {}))
     return metrics
 
 
@@ -133,31 +170,46 @@ def run_update(ledger: Ledger, s: UpdateSettings, stop: threading.Event, stages:
                on_poll: Callable[[Any], None] | None = None, extra: dict[str, Any] | None = None
                ) -> tuple[dict[str, float], list[Step]] | None:
     """One update of ``ledger.trainer`` over ``ledger.pool``: its metrics and trained steps (None: stopped);
-    committed at a checkpoint (with ``extra``) when the ledger's cadence is due or ``stop`` is set."""
+    committed at a checkpoint (with ``extra``) when the ledger's cadence is due or ``stop`` is set.
+
+    Its ``time/<phase>_s`` metrics say where the wall time went: ``fill``, ``plan``, ``wait`` (for the
+    strategy to fire), ``renew``, ``lease``, ``quarantine``, ``feedback_read`` (ratings and corrections),
+    ``items`` (advantages), ``train`` (the update stage; the trainer's own ``update_s`` inside it),
+    ``publish_stage``, ``journal``, ``checkpoint`` (+ settle), ``served_version``, ``feedback_write``;
+    ``update_wall_s`` is all of it and ``overhead_s`` = ``update_wall_s - wait_s - update_s``."""
+    clock = Clock()
     t0 = time.perf_counter()
-    fill_from_ratings(ledger, s)
-    got = lease_usable(ledger, s, stop, stages, _filling(ledger, s, on_poll))
+    with clock("fill"):
+        fill_from_ratings(ledger, s)
+    got = lease_usable(ledger, s, stop, stages, _filling(ledger, s, on_poll), clock)
     if got is None:
         return None
     lease, steps, n_bad = got
     lease = lease.model_copy(update={"steps": steps})  # the quarantined ones are settled apart
-    t_wait = time.perf_counter() - t0
     metrics = {**loop.batch_metrics(steps, ledger.trainer.version), "pool/quarantined": float(n_bad)}
-    steps, fb_metrics = rate(ledger, s, steps)
-    items = items_from_steps(steps, group_by=s.group_by, scale_std=s.scale_std)
-    corrections = pending_corrections(ledger, s)
-    items += corrections
+    with clock("feedback_read"):
+        steps, fb_metrics = rate(ledger, s, steps)
+        corrections = pending_corrections(ledger, s)
+    with clock("items"):
+        items = items_from_steps(steps, group_by=s.group_by, scale_std=s.scale_std) + corrections
     metrics.update(fb_metrics)
     if s.correction_weight > 0:
         metrics["feedback/corrections"] = float(len(corrections))
-    metrics.update(apply(ledger.trainer, items, stages, ledger, lease, stop, extra))
-    metrics.update(served_version_metrics(ledger.trainer.backend, ledger.trainer.policy))
-    if corrections:  # published: these corrections count as trained once more
-        ledger.pool.record_feedback_uses([c.step_id for c in corrections], ledger.trainer.version,
-                                         ledger.trainer.policy)
+    t_busy = time.time()  # from here to the end the trainer is busy: what do the clients record meanwhile?
+    metrics.update(apply(ledger.trainer, items, stages, ledger, lease, stop, extra, clock=clock))
+    with clock("served_version"):
+        metrics.update(served_version_metrics(ledger.trainer.backend, ledger.trainer.policy))
+    with clock("feedback_write"):
+        if corrections:  # published: these corrections count as trained once more
+            ledger.pool.record_feedback_uses([c.step_id for c in corrections], ledger.trainer.version,
+                                             ledger.trainer.policy)
+    with clock("collect_count"):
+        metrics["collect/steps_during_update"] = float(ledger.pool.count_steps(
+            StepFilter(policy=ledger.trainer.policy, since=t_busy, until=time.time())))
     wall = time.perf_counter() - t0
-    metrics.update({"time/wait_s": t_wait, "time/update_wall_s": wall,
-                    "throughput/steps_per_s": len(steps) / max(wall, 1e-9)})
+    metrics.update(clock.metrics())
+    metrics.update({"time/update_wall_s": wall, "throughput/steps_per_s": len(steps) / max(wall, 1e-9),
+                    "time/overhead_s": wall - clock.seconds["wait"] - metrics.get("time/update_s", 0.0)})
     return metrics, steps
 
 
