@@ -1,16 +1,23 @@
-"""Pool benchmark (not a test): ingest rate, bytes on disk with and without block dedupe, lease latency.
+"""Pool benchmark (not a test): ingest rate, bytes on disk per step against naive int32 arrays, lease latency.
 
-    python benchmarks/pool_bench.py [--lease-steps 100000] [--backends sqlite,postgres]
+    python benchmarks/pool_bench.py [--parts ingest,bytes,lease] [--backends sqlite,postgres]
+                                    [--lease-steps 100000] [--episodes 20] [--block-size 64] [--breakdown]
 
 For SQLite (a fresh file under a temp dir) and PostgreSQL (a fresh database on
 $SWARM_TEST_POSTGRES_URL or, if reachable, postgres@127.0.0.1:5432, dropped afterwards) it prints:
-  - steps/s ingested through ``add_steps`` in batches of 1 and of 64;
-  - bytes on disk per step for 20-turn episodes whose every turn repeats the whole context,
-    with block dedupe (block_size 64) and without (block_size 10**9: every sequence inline),
-    and their ratio;
-  - lease latency p50 / p99 (lease of one group: 2 episodes x 50 turns = 100 steps with their
-    tokens; then ack) with N steps in the pool (default 100k),
-    plus one lease with the non-zero-variance group filter.
+  - ``ingest``: steps/s ingested through ``add_steps`` in batches of 1 and of 64;
+  - ``bytes``: bytes on disk per step of 30-step agent episodes (each turn's prompt is the whole
+    context so far: a 600-token system prompt and task, then every reply of 40-200 tokens and every
+    tool result of 20-120 tokens; float32 logprobs as the backends produce them; the timings, finish
+    reason and gateway metadata a recorded call carries), against naive int32 arrays of
+    the same tokens (4 bytes x (prompt + response) tokens per step), with block dedupe
+    (``--block-size``) and without (every sequence inline); ``--breakdown`` adds the bytes per step
+    of every table and index (SQLite's ``dbstat``, PostgreSQL's relation sizes) and of the steps
+    row's columns. ``--text`` also stores each reply's text and tool call, ``--messages`` each call's
+    chat history (``prompt_messages``: the whole conversation again at every step, not deduplicated);
+  - ``lease``: lease latency p50 / p99 (lease of one group: 2 episodes x 50 turns = 100 steps with
+    their tokens; then ack) with N steps in the pool (default 100k), plus one lease with the
+    non-zero-variance group filter.
 """
 
 from __future__ import annotations
@@ -128,33 +135,111 @@ def ingest_rate(url: str, batch: int, n_steps: int) -> float:
     return n_steps / dt
 
 
-def twenty_turn_bytes(url: str, block_size: int, n_episodes: int) -> tuple[float, int]:
+_WORDS = ("the", "result", "is", "tool", "call", "value", "check", "next", "answer", "compute", "file", "line")
+
+
+def rand_text(rng: random.Random, n_tokens: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(n_tokens))  # ~4.5 bytes a token, like English BPE
+
+
+def f32_logprobs(rng: random.Random, n: int) -> list[float]:
+    """Logprobs as the backends record them: float32 values (torch / vLLM sample in float32) as Python floats."""
+    return array("f", [-rng.expovariate(2.0) for _ in range(n)]).tolist()
+
+
+def agent_episode(rng: random.Random, episode_id: str, turns: int, text: bool, messages: bool) -> list[Step]:
+    """One agent episode as the gateway records it: every turn's prompt is the whole context so far; ``text``:
+    with the reply's text and tool call, ``messages``: with the chat history too."""
+    ctx = rand_ids(rng, 600)  # system prompt + task
+    msgs: list[dict] = [{"role": "system", "content": rand_text(rng, 400)},
+                        {"role": "user", "content": rand_text(rng, 200)}]
+    steps, parent = [], None
+    for turn in range(turns):
+        n_resp = rng.randrange(40, 200)
+        resp = rand_ids(rng, n_resp)
+        call = f"chatcmpl-{rng.randbytes(12).hex()}"
+        tool = turn < turns - 1
+        reply = rand_text(rng, n_resp)
+        calls = [{"id": f"call_{rng.randbytes(6).hex()}", "type": "function",
+                  "function": {"name": "run", "arguments": '{"cmd": "' + rand_text(rng, 6) + '"}'}}] if tool else []
+        step = Step(
+            episode_id=episode_id, index=turn, parent_step_id=parent, task="bench", group_id=f"g-{episode_id}",
+            policy="default", prompt_messages=list(msgs) if messages else None, prompt_ids=list(ctx),
+            response_text=reply if text else None, tool_calls=calls if text else [], response_ids=resp,
+            response_logprobs=f32_logprobs(rng, n_resp),
+            finish_reason="tool_calls" if tool else "stop", response_id=call, prefix_consistent=True,
+            timings={"queue_s": rng.random() * 1e-3, "prompt_s": rng.random() * 1e-3, "generate_s": rng.random(),
+                     "total_s": 1 + rng.random()},
+            metadata={"kind": "chat", "call_id": call, "choice": 0, "n": 1,
+                      "prefix_reason": "extends the previous call"},
+        )
+        steps.append(step)
+        parent = step.step_id
+        n_tool = rng.randrange(20, 120)
+        ctx = ctx + resp + rand_ids(rng, n_tool)  # tool result / user turn
+        msgs += [{"role": "assistant", "content": reply, "tool_calls": calls},
+                 {"role": "tool", "tool_call_id": calls[0]["id"] if calls else "", "content": rand_text(rng, n_tool)}]
+    return steps
+
+
+def relation_bytes(pool: Pool) -> dict[str, int]:
+    """Bytes on disk of every table and index (SQLite: ``dbstat`` pages; PostgreSQL: relation sizes, TOAST
+    counted with its table)."""
+    with pool.engine.connect() as c:
+        if pool.dialect == "sqlite":
+            c.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+            return {n: int(b) for n, b in c.exec_driver_sql("SELECT name, sum(pgsize) FROM dbstat GROUP BY name")}
+        q = ("SELECT c.relname, pg_relation_size(c.oid) + CASE WHEN c.reltoastrelid = 0 THEN 0 "
+             "ELSE pg_total_relation_size(c.reltoastrelid) END FROM pg_class c "
+             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i')")
+        return {n: int(b) for n, b in c.exec_driver_sql(q)}
+
+
+_STEP_COLUMNS = ("step_id", "episode_id", "parent_step_id", "group_id", "response_id", "block_keys", "tail",
+                 "logprobs", "body", "meta", "digest")
+
+
+def column_bytes(pool: Pool) -> dict[str, float]:
+    """Mean stored bytes per step of the steps row's wide columns (PostgreSQL ``pg_column_size``, after any
+    compression; SQLite ``length``: bytes of a blob, characters of text)."""
+    size = "pg_column_size({})" if pool.dialect != "sqlite" else "length({})"
+    have = {col["name"] for col in sa.inspect(pool.engine).get_columns("steps")}
+    cols = [c for c in _STEP_COLUMNS if c in have]
+    sql = "SELECT count(*), " + ", ".join(f"coalesce(sum({size.format(c)}), 0)" for c in cols) + " FROM steps"
+    with pool.engine.connect() as c:
+        n, *sums = c.exec_driver_sql(sql).one()
+    return {col: float(v) / max(n, 1) for col, v in zip(cols, sums, strict=True)}
+
+
+def episode_bytes(url: str, block_size: int, n_episodes: int, text: bool = False, messages: bool = False) -> dict:
+    """Bytes on disk per step of ``n_episodes`` 30-step agent episodes, against naive int32 arrays."""
     pool = Pool(url, block_size=block_size)
-    base = bytes_used(pool)
     rng = random.Random(1)
-    n_steps = 0
+    before_rel, base = relation_bytes(pool), bytes_used(pool)
+    n_steps = n_tokens = 0
     for _ in range(n_episodes):
         ep = pool.add_episode(Episode(task="bench"))
-        ctx = rand_ids(rng, 600)  # system prompt + task
-        batch = []
-        for turn in range(20):
-            resp = rand_ids(rng, rng.randrange(40, 200))
-            batch.append(
-                Step(
-                    episode_id=ep.episode_id,
-                    index=turn,
-                    prompt_ids=list(ctx),
-                    response_ids=resp,
-                    response_logprobs=[-rng.random() for _ in resp],
-                )
-            )
-            ctx = ctx + resp + rand_ids(rng, rng.randrange(20, 120))  # tool result / user turn
+        batch = agent_episode(rng, ep.episode_id, 30, text, messages)
         pool.add_steps(batch)
         n_steps += len(batch)
-    tokens = pool.stats()["tokens"]
+        n_tokens += sum(s.length for s in batch)
     used = bytes_used(pool) - base
+    after_rel = relation_bytes(pool)
+    rel = {k: (v - before_rel.get(k, 0)) / n_steps for k, v in after_rel.items() if v - before_rel.get(k, 0)}
+    out = {"per_step": used / n_steps, "tokens": n_tokens / n_steps, "naive": 4 * n_tokens / n_steps,
+           "relations": rel, "columns": column_bytes(pool)}
     pool.close()
-    return used / n_steps, tokens["logical"] // n_steps, tokens["dedupe_ratio"]
+    return out
+
+
+def print_breakdown(res: dict) -> None:
+    rel = sorted(res["relations"].items(), key=lambda kv: -kv[1])
+    print(f"  {'table / index':<40} {'B/step':>8}")
+    for name, b in rel:
+        print(f"  {name:<40} {b:8.0f}")
+    print(f"  {'(sum)':<40} {sum(res['relations'].values()):8.0f}")
+    cols = "  ".join(f"{k} {v:.0f}" for k, v in sorted(res["columns"].items(), key=lambda kv: -kv[1]))
+    print(f"  steps columns, mean B/step: {cols}", flush=True)
 
 
 def fill_for_leases(pool: Pool, n_steps: int) -> None:
@@ -204,27 +289,36 @@ def lease_latency(pool: Pool, n: int, flt: StepFilter, **kw) -> tuple[float, flo
 
 
 # ---------------------------------------------------------------- main
-def run_backend(backend: str, lease_steps: int) -> None:
+def run_bytes(new_url: Callable[[], str], args: argparse.Namespace) -> None:
+    with_d = episode_bytes(new_url(), args.block_size, args.episodes, args.text, args.messages)
+    without_d = episode_bytes(new_url(), NO_DEDUPE, args.episodes, args.text, args.messages)
+    what = "ids, logprobs, metadata" + (", reply text" if args.text else "")
+    what += ", chat history" if args.messages else ""
+    print(f"30-step episodes ({what}; {with_d['tokens']:.0f} tokens/step on average, naive int32 "
+          f"{with_d['naive']:.0f} B/step):", flush=True)
+    for name, r in (("with dedupe", with_d), ("without (inline)", without_d)):
+        print(f"  {name:<17} {r['per_step']:8.0f} B/step -> {r['naive'] / r['per_step']:.2f}x below naive int32",
+              flush=True)
+        if args.breakdown:
+            print_breakdown(r)
+
+
+def run_backend(backend: str, args: argparse.Namespace) -> None:
     print(f"\n== {backend} ==", flush=True)
+    parts = args.parts.split(",")
     with fresh_db(backend) as new_url:
-        for batch, n in ((1, 300), (64, 64 * 30)):
-            rate = ingest_rate(new_url(), batch, n)
-            print(
-                f"ingest, batches of {batch:>2}: {rate:8.0f} steps/s  (512-token prompt, 64-token response)", flush=True
-            )
-
-        with_d, logical, token_ratio = twenty_turn_bytes(new_url(), 64, 10)
-        without_d, _, _ = twenty_turn_bytes(new_url(), NO_DEDUPE, 10)
-        print(
-            f"20-turn episodes ({logical} tokens/step on average): {with_d:8.0f} B/step with dedupe, "
-            f"{without_d:8.0f} B/step without -> {without_d / with_d:.1f}x smaller on disk "
-            f"(token ids alone: {token_ratio:.1f}x)",
-            flush=True,
-        )
-
+        if "ingest" in parts:
+            for batch, n in ((1, 300), (64, 64 * 30)):
+                rate = ingest_rate(new_url(), batch, n)
+                print(f"ingest, batches of {batch:>2}: {rate:8.0f} steps/s  (512-token prompt, 64-token response)",
+                      flush=True)
+        if "bytes" in parts:
+            run_bytes(new_url, args)
+        if "lease" not in parts:
+            return
         pool = Pool(new_url())
         t0 = time.perf_counter()
-        fill_for_leases(pool, lease_steps)
+        fill_for_leases(pool, args.lease_steps)
         n = pool.count_steps()
         print(f"filled {n} steps for leases in {time.perf_counter() - t0:.0f} s", flush=True)
         flt = StepFilter.trainable("bench")
@@ -237,15 +331,21 @@ def run_backend(backend: str, lease_steps: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lease-steps", type=int, default=100_000)
+    ap.add_argument("--parts", default="ingest,bytes,lease", help="which measurements: ingest, bytes, lease")
     ap.add_argument("--backends", default="sqlite,postgres")
+    ap.add_argument("--lease-steps", type=int, default=100_000)
+    ap.add_argument("--episodes", type=int, default=20, help="30-step episodes of the bytes measurement")
+    ap.add_argument("--block-size", type=int, default=64, help="token block length of the bytes measurement")
+    ap.add_argument("--breakdown", action="store_true", help="bytes per step of every table, index and column")
+    ap.add_argument("--text", action="store_true", help="store each reply's text and tool call too")
+    ap.add_argument("--messages", action="store_true", help="store each call's chat history too")
     args = ap.parse_args()
     t0 = time.perf_counter()
     for backend in args.backends.split(","):
         if backend == "postgres" and postgres_admin_url() is None:
             print("\n== postgres == skipped: no SWARM_TEST_POSTGRES_URL and nothing on 127.0.0.1:5432")
             continue
-        run_backend(backend, args.lease_steps)
+        run_backend(backend, args)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
 
 

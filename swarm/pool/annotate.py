@@ -146,9 +146,9 @@ class AnnotateMixin(Database):
         with self._tx() as c:
             n_steps = c.execute(sa.select(sa.func.count()).select_from(S)).scalar_one()
             logical = c.execute(sa.select(sa.func.coalesce(sa.func.sum(S.c.length), 0))).scalar_one()
-            tail_bytes = c.execute(sa.select(sa.func.coalesce(sa.func.sum(sa.func.length(S.c.tail)), 0))).scalar_one()
-            block_bytes_q = sa.func.coalesce(sa.func.sum(sa.func.length(B.c.tokens)), 0)
-            n_blocks, block_bytes = c.execute(sa.select(sa.func.count(), block_bytes_q)).one()
+            tail_tokens = c.execute(sa.select(sa.func.coalesce(sa.func.sum(_n_tokens(S.c.tail)), 0))).scalar_one()
+            block_tokens_q = sa.func.coalesce(sa.func.sum(_n_tokens(B.c.tokens)), 0)
+            n_blocks, block_tokens = c.execute(sa.select(sa.func.count(), block_tokens_q)).one()
             status = sa.case((REWARD_FINAL, "final"), else_="pending")
             n = sa.select(sa.func.count())
             consumed = c.execute(n.select_from(S).where(S.c.consumed_version.is_not(None))).scalar_one()
@@ -156,7 +156,7 @@ class AnnotateMixin(Database):
                                                       S.c.lease_expires_at > t)).scalar_one()
             active = c.execute(n.select_from(LS).where(LS.c.state == "active", LS.c.expires_at > t)).scalar_one()
             mean_reward = c.execute(sa.select(sa.func.avg(REWARD)).select_from(JOIN).where(REWARD_FINAL)).scalar()
-            stored = (int(block_bytes) + int(tail_bytes)) // 4
+            stored = int(block_tokens) + int(tail_tokens)
             return {
                 "steps": {
                     "total": int(n_steps),
@@ -176,6 +176,15 @@ class AnnotateMixin(Database):
                            "dedupe_ratio": (int(logical) / stored) if stored else None},
                 "leases": {"active": int(active)},
             }
+
+
+def _n_tokens(col: sa.ColumnElement) -> sa.ColumnElement:
+    """How many token ids a packed block or tail holds (:func:`swarm.pool.blocks.pack_tokens`): an even length
+    is plain uint32; an odd one ends in its width, 2 or 4."""
+    n = sa.func.length(col)
+    return sa.case((n % 2 == 0, n // 4),
+                   (sa.func.substr(col, n, 1) == sa.literal(b"\x02", sa.LargeBinary), (n - 1) // 2),
+                   else_=(n - 1) // 4)
 
 
 def _final_now(c: sa.Connection, table: sa.Table, ident: str) -> bool:

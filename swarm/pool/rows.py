@@ -9,6 +9,7 @@ the caller's transaction (a connection); they never open one.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from swarm.errors import ConflictError, NotFoundError, SwarmError
-from swarm.pool.blocks import pack_floats, pack_ids, split_hashes, unpack_floats, unpack_ids
+from swarm.pool.blocks import CHAIN, HASH_BYTES, pack_floats, pack_ids, split_hashes, unpack_floats, unpack_tokens
 from swarm.pool.checks import chunks
 from swarm.pool.query import JOIN
 from swarm.pool.schema import blocks as B
@@ -110,17 +111,65 @@ def read_steps(c: sa.Connection, where: list[sa.ColumnElement], with_tokens: boo
     return [to_step(r, tokens.get(r["step_id"])) for r in rows]
 
 
+def _chain_walk() -> sa.Select:
+    """Every block of the chains that end at the keys bound as ``heads``: each block once, however many
+    chains share it (``UNION`` drops the rows already found), one primary-key lookup a block."""
+    start = sa.select(B.c.key, B.c.prev, B.c.tokens).where(B.c.key.in_(sa.bindparam("heads", expanding=True)))
+    chain = start.cte("chain", recursive=True)
+    back = B.alias("back")
+    chain = chain.union(sa.select(back.c.key, back.c.prev, back.c.tokens).where(back.c.key == chain.c.prev))
+    return sa.select(chain.c.key, chain.c.prev, chain.c.tokens)
+
+
+_WALK = _chain_walk()
+_LISTED = sa.select(B.c.key, B.c.prev, B.c.tokens).where(B.c.key.in_(sa.bindparam("keys", expanding=True)))
+
+
+def _is_head(block_keys: bytes) -> bool:
+    return len(block_keys) == HASH_BYTES + 1 and block_keys[-1:] == CHAIN
+
+
 def load_tokens(c: sa.Connection, rows: list[Mapping[str, Any]], missing_ok: bool = False) -> dict[str, list[int]]:
-    """Each row's token ids (prompt then response) by step_id; a missing block raises (or is empty: ``missing_ok``)."""
-    keys = sorted({k for r in rows for k in split_hashes(r["block_keys"])})
-    found: dict[bytes, bytes] = {}
-    for chunk in chunks(keys):
-        found.update((k, v) for k, v in c.execute(sa.select(B.c.key, B.c.tokens).where(B.c.key.in_(chunk))))
+    """Each row's token ids (prompt then response) by step_id; a missing block raises (or is empty: ``missing_ok``).
+
+    A row's ``block_keys`` is its chain's head (walked back through ``prev``) or, written by an older
+    version, every key in order; ``tail`` follows the blocks."""
+    heads, listed = set(), set()
+    for r in rows:
+        bk = r["block_keys"] or b""
+        if _is_head(bk):
+            heads.add(bk[:HASH_BYTES])
+        else:
+            listed.update(split_hashes(bk))
+    found: dict[bytes, tuple[bytes | None, bytes]] = {}
+    for chunk in chunks(sorted(heads)):
+        found.update((k, (p, t)) for k, p, t in c.execute(_WALK, {"heads": chunk}))
+    for chunk in chunks(sorted(listed - found.keys())):
+        found.update((k, (p, t)) for k, p, t in c.execute(_LISTED, {"keys": chunk}))
+    decoded: dict[bytes, list[int]] = {}  # each block decoded once, however many rows share it
+
+    def ids_of(key: bytes) -> list[int]:
+        got = decoded.get(key)
+        if got is None:
+            got = decoded[key] = unpack_tokens(found[key][1])
+        return got
+
     out = {}
     for r in rows:
+        bk = r["block_keys"] or b""
         try:
-            data = b"".join(found.get(k, b"") if missing_ok else found[k] for k in split_hashes(r["block_keys"]))
+            if _is_head(bk):
+                keys, key = [], bk[:HASH_BYTES]
+                while key:
+                    keys.append(key)
+                    key = found[key][0]
+                keys.reverse()
+            else:
+                keys = split_hashes(bk)
+            parts = [ids_of(k) if k in found or not missing_ok else [] for k in keys]
         except KeyError as e:
-            raise SwarmError("step references a missing token block", step_id=r["step_id"]) from e
-        out[r["step_id"]] = unpack_ids(data + r["tail"])
+            if not missing_ok:
+                raise SwarmError("step references a missing token block", step_id=r["step_id"]) from e
+            parts = []
+        out[r["step_id"]] = list(itertools.chain.from_iterable(parts)) + unpack_tokens(r["tail"])
     return out

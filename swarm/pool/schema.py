@@ -5,17 +5,22 @@ content-addressed block keys plus an inline tail (see :mod:`swarm.pool.blocks`);
 the record (messages, text, tool calls, timings) is one JSON column. Lease state lives on the
 step row (``lease_id``, ``lease_expires_at``, ``consumed_version``) so a claim is one UPDATE.
 
-No migrations: tables are created when missing, so a pool written by an older version gains a
-new table (``agreements``, ``rewards``) the first time a newer one opens it.
+Tables are created when missing, so a pool written by an older version gains a new table
+(``agreements``, ``rewards``) the first time a newer one opens it; a column added to an existing
+table is listed in ``ADDED_COLUMNS`` and added by :func:`upgrade` when the pool opens. Nothing is
+ever dropped or rewritten: an index that new pools no longer create stays in an older pool, unused.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
-__all__ = ["metadata", "episodes", "steps", "blocks", "events", "labels", "leases", "policy_versions",
-           "agreements", "rewards", "curations", "lease_plans", "trainer_claims", "feedback_uses", "eval_results", "ID_LEN", "NAME_LEN", "INT32_MAX"]
+__all__ = ["metadata", "upgrade", "missing_columns", "ADDED_COLUMNS", "episodes", "steps", "blocks", "events",
+           "labels", "leases", "policy_versions", "agreements", "rewards", "curations", "lease_plans", "trainer_claims",
+           "feedback_uses", "eval_results", "ID_LEN", "NAME_LEN", "INT32_MAX"]
 
 ID_LEN = 128  # ids (episode, step, group, client, lease, event, label)
 NAME_LEN = 256  # task, policy and label names
@@ -87,7 +92,8 @@ steps = sa.Table(
     sa.Index("ix_steps_group", "group_id"),
     sa.Index("ix_steps_task", "task"),
     sa.Index("ix_steps_policy_version", "policy", "policy_version"),
-    sa.Index("ix_steps_reward_status", "reward_status"),
+    # no reward_status index: a step's reward status is its own or its episode's (query.REWARD_FINAL), an OR
+    # across both tables that no index of steps answers (older pools keep theirs, unused)
     sa.Index("ix_steps_source", "source"),
     sa.Index("ix_steps_created", "created_at"),
     sa.Index("ix_steps_response_id", "response_id"),
@@ -102,6 +108,7 @@ blocks = sa.Table(
     metadata,
     sa.Column("key", sa.LargeBinary(16), primary_key=True),
     sa.Column("tokens", sa.LargeBinary, nullable=False),
+    sa.Column("prev", sa.LargeBinary(16)),  # the block before this one (None: the first; unknown in older rows)
     sqlite_with_rowid=False,
 )
 
@@ -249,3 +256,27 @@ eval_results = sa.Table(
     sa.Column("created_at", sa.Double, nullable=False),
     sa.Index("ix_eval_results_policy_version", "policy", "version"),
 )
+
+
+# columns added to tables that older pools already have: (table, column); upgrade() adds them where missing
+ADDED_COLUMNS: tuple[tuple[sa.Table, str], ...] = ((blocks, "prev"),)
+
+
+def missing_columns(conn: sa.Connection) -> list[tuple[sa.Table, sa.Column]]:
+    """The ``ADDED_COLUMNS`` this pool's tables lack (an older pool's)."""
+    inspector = sa.inspect(conn)
+    out = []
+    for table, name in ADDED_COLUMNS:
+        if name not in {c["name"] for c in inspector.get_columns(table.name)}:
+            out.append((table, table.c[name]))
+    return out
+
+
+def upgrade(conn: sa.Connection, add_column: Callable[[sa.Connection, sa.Table, sa.Column], None]) -> list[str]:
+    """Add the ``ADDED_COLUMNS`` an older pool lacks (with ``add_column``, the engine's ``ALTER TABLE``);
+    returns ``table.column`` of each one added. Run in a write transaction, after the tables exist."""
+    added = []
+    for table, column in missing_columns(conn):
+        add_column(conn, table, column)
+        added.append(f"{table.name}.{column.name}")
+    return added

@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from swarm.errors import ConflictError, NotFoundError, ValidationError
 from swarm.pool.agreements import AgreementsMixin
 from swarm.pool.annotate import AnnotateMixin
-from swarm.pool.blocks import cut, pack_floats
+from swarm.pool.blocks import cut, head_of, pack_logprobs
 from swarm.pool.checks import check_page, chunks, coerce, scrub_nul
 from swarm.pool.claims import ClaimsMixin
 from swarm.pool.curations import CurationsMixin
@@ -48,6 +48,7 @@ from swarm.pool.rewards import RewardsMixin
 from swarm.pool.rows import ORDERS, digest, read_episode, read_steps, to_episode
 from swarm.pool.schema import blocks as B
 from swarm.pool.schema import episodes as E
+from swarm.pool.schema import missing_columns, upgrade
 from swarm.pool.schema import steps as S
 from swarm.pool.settle import SettleMixin
 from swarm.records import Episode, EpisodeStatus, Step, now
@@ -79,6 +80,11 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         if block_size < 1:
             raise ValidationError("block_size must be >= 1", block_size=block_size)
         super().__init__(url, sql)
+        with self._tx() as c:  # columns an older pool lacks (Database creates the missing tables)
+            stale = bool(missing_columns(c))
+        if stale:
+            with self._tx(write=True) as c:
+                upgrade(c, self.sql.add_column)
         self.block_size = block_size
         self._overview = Overview(self)
 
@@ -148,8 +154,9 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
             full, tail = cut(s.prompt_ids + s.response_ids, self.block_size)
         except OverflowError as e:
             raise ValidationError("prompt_ids/response_ids: token ids must be < 2**32", step_id=s.step_id) from e
+        keys = [k for k, _ in full]
         return {
-            "blocks": full,
+            "blocks": {k: {"key": k, "prev": p, "tokens": t} for (k, t), p in zip(full, [None, *keys], strict=False)},
             "row": {
                 "step_id": s.step_id,
                 "episode_id": s.episode_id,
@@ -164,17 +171,10 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
                 "created_at": s.created_at,
                 "length": s.length,
                 "n_prompt": len(s.prompt_ids),
-                "block_keys": b"".join(k for k, _ in full),
+                "block_keys": head_of(full),  # the last block's key: reading walks the chain back
                 "tail": tail,
-                "logprobs": None if s.response_logprobs is None else pack_floats(s.response_logprobs),
-                "body": scrub_nul({  # model text may hold NUL; the ids above keep it exactly
-                    "prompt_messages": s.prompt_messages,
-                    "response_text": s.response_text,
-                    "tool_calls": s.tool_calls,
-                    "finish_reason": s.finish_reason,
-                    "prefix_consistent": s.prefix_consistent,
-                    "timings": s.timings,
-                }),
+                "logprobs": None if s.response_logprobs is None else pack_logprobs(s.response_logprobs),
+                "body": scrub_nul(_body(s)),  # model text may hold NUL; the ids above keep it exactly
                 "meta": scrub_nul(s.metadata),
             },
         }
@@ -218,7 +218,7 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
             rows.append({**p["row"], "idx": norm.index, "task": norm.task, "group_id": norm.group_id, "digest": dig})
             block_rows.update(p["blocks"])
             touched.add(s.episode_id)
-        self.sql.insert_ignore(c, B, [{"key": k, "tokens": t} for k, t in block_rows.items()])
+        self.sql.insert_ignore(c, B, list(block_rows.values()))
         if rows:
             c.execute(S.insert(), rows)
         if touched:
@@ -276,6 +276,14 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         q = sa.select(sa.func.count()).select_from(JOIN).where(*step_conditions(f, self.sql))
         with self._tx() as c:
             return int(c.execute(q).scalar_one())
+
+
+def _body(s: Step) -> dict[str, Any]:
+    """The step's JSON body without its None values, no tool calls and no timings: they read back the same
+    (:func:`swarm.pool.rows.to_step`), and every step saves their keys' bytes."""
+    body = {"prompt_messages": s.prompt_messages, "response_text": s.response_text, "tool_calls": s.tool_calls or None,
+            "finish_reason": s.finish_reason, "prefix_consistent": s.prefix_consistent, "timings": s.timings or None}
+    return {k: v for k, v in body.items() if v is not None}
 
 
 def open_pool(url: str, *, engine: str | None = None, **settings: Any) -> Pool:

@@ -1,13 +1,28 @@
-"""Content-addressed token blocks: exact ids back, shared contexts stored once (20-turn episode)."""
+"""Content-addressed token blocks: exact ids back, shared contexts stored once (20-turn episode), compact byte
+formats, and an older pool's rows read back after the upgrade."""
 
 from __future__ import annotations
 
+import hashlib
 import random
+from array import array
 
+import sqlalchemy as sa
 from pool_helpers import episode
 
 from swarm.pool import Pool
-from swarm.pool.blocks import cut, pack_floats, unpack_floats, unpack_ids
+from swarm.pool.blocks import (
+    cut,
+    head_of,
+    pack_floats,
+    pack_ids,
+    pack_logprobs,
+    pack_tokens,
+    unpack_floats,
+    unpack_tokens,
+)
+from swarm.pool.schema import blocks as B
+from swarm.pool.schema import steps as S
 from swarm.records import Step
 
 
@@ -18,10 +33,81 @@ def test_cut_chains_prefix_hashes():
     c, _ = cut([0, 1, 2, 3, 9, 9, 9, 9], 4)
     d, _ = cut([1, 1, 1, 1, 9, 9, 9, 9], 4)
     assert c[1][1] == d[1][1] and c[1][0] != d[1][0]  # same tokens, different prefix: different key
-    assert unpack_ids(b"".join(t for _, t in a) + tail_a) == list(range(10))
-    assert unpack_ids(tail_b) == [99, 98, 97]
+    assert [i for _, t in a for i in unpack_tokens(t)] + unpack_tokens(tail_a) == list(range(10))
+    assert unpack_tokens(tail_b) == [99, 98, 97]
+    assert head_of(a) == a[-1][0] + b"\x01" and head_of([]) == b""
     lps = [-0.1, -2 / 3, -1e-310]
     assert unpack_floats(pack_floats(lps)) == lps
+
+
+def test_compact_formats_round_trip_exactly():
+    small, big = [0, 1, 65535], [0, 65536, 2**32 - 1]
+    assert len(pack_tokens(small)) == 2 * 3 + 1 and unpack_tokens(pack_tokens(small)) == small
+    assert len(pack_tokens(big)) == 4 * 3 + 1 and unpack_tokens(pack_tokens(big)) == big
+    assert unpack_tokens(pack_ids(big)) == big and pack_tokens([]) == b"" == pack_ids([])  # older: plain uint32
+    f32 = array("f", [-0.1, -2.5, -1e-30, float("-inf"), 0.0]).tolist()
+    assert len(pack_logprobs(f32)) == 4 * 5 + 1 and unpack_floats(pack_logprobs(f32)) == f32
+    f64 = [-0.1, -2 / 3, -1e-310]  # not float32 values: kept as float64
+    assert pack_logprobs(f64) == pack_floats(f64) and unpack_floats(pack_logprobs(f64)) == f64
+    assert unpack_floats(pack_logprobs([])) == []
+
+
+def test_a_step_stores_one_head_however_long_its_context(pool_url: str):
+    pool = Pool(pool_url, block_size=16)
+    try:
+        steps = _twenty_turns(pool, seed=2)
+        with pool.engine.connect() as c:
+            keys = c.execute(sa.select(S.c.block_keys)).scalars().all()
+        assert {len(k) for k in keys} == {17}  # not 16 bytes per block of context
+        got = pool.query_steps(with_tokens=True, limit=100, order="episode")  # one chain walk for all twenty
+        assert [(g.prompt_ids, g.response_ids) for g in got] == [(s.prompt_ids, s.response_ids) for s in steps]
+    finally:
+        pool.close()
+
+
+def _older_cut(ids: list[int], block_size: int) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """How the previous version cut and packed: unchained keys, plain uint32."""
+    data, step, prev, out = pack_ids(ids), 4 * block_size, b"", []
+    n_full = len(ids) // block_size
+    for i in range(n_full):
+        prev = hashlib.blake2b(prev + data[i * step : (i + 1) * step], digest_size=16).digest()
+        out.append((prev, data[i * step : (i + 1) * step]))
+    return out, data[n_full * step :]
+
+
+def test_an_older_pool_opens_upgrades_and_reads_back_exactly(pool_url: str):
+    pool = Pool(pool_url, block_size=8)
+    ep = episode(pool)
+    old = Step(episode_id=ep.episode_id, prompt_ids=list(range(30)), response_ids=[70000, 5],
+               response_logprobs=[-0.25, -1 / 3])
+    pool.add_step(old)
+    # rewrite it as the previous version stored it, in a blocks table without ``prev``
+    full, tail = _older_cut(old.prompt_ids + old.response_ids, 8)
+    with pool._tx(write=True) as c:
+        c.execute(B.delete())
+        c.exec_driver_sql("ALTER TABLE blocks DROP COLUMN prev")
+        c.execute(sa.insert(sa.table("blocks", sa.column("key"), sa.column("tokens"))),
+                  [{"key": k, "tokens": t} for k, t in full])
+        c.execute(S.update().where(S.c.step_id == old.step_id).values(
+            block_keys=b"".join(k for k, _ in full), tail=tail, logprobs=pack_floats(old.response_logprobs)))
+    pool.close()
+    pool = Pool(pool_url, block_size=8)  # adds blocks.prev
+    try:
+        got = pool.get_step(old.step_id)
+        assert (got.prompt_ids, got.response_ids, got.response_logprobs) == (
+            old.prompt_ids, old.response_ids, old.response_logprobs)
+        new = Step(episode_id=ep.episode_id, index=1, prompt_ids=old.prompt_ids + old.response_ids + [9] * 20,
+                   response_ids=[1, 2, 3], response_logprobs=array("f", [-0.5, -0.75, -2.0]).tolist())
+        pool.add_step(new)
+        pool.add_step(old)  # re-adding the older step is still a no-op (same digest)
+        both = {s.step_id: s for s in pool.query_steps(with_tokens=True)}
+        for s in (old, new):
+            assert (both[s.step_id].prompt_ids, both[s.step_id].response_ids,
+                    both[s.step_id].response_logprobs) == (s.prompt_ids, s.response_ids, s.response_logprobs)
+        assert pool.stats()["tokens"]["logical"] == old.length + new.length
+    finally:
+        pool.close()
+    Pool(pool_url).close()  # opening an upgraded pool again changes nothing
 
 
 def _twenty_turns(pool: Pool, seed: int) -> list[Step]:

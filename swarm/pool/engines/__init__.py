@@ -73,6 +73,16 @@ class Dialect:
     def _insert_ignore(self, table: sa.Table) -> sa.Insert:
         raise NotImplementedError
 
+    def add_column(self, conn: sa.Connection, table: sa.Table, column: sa.Column) -> None:
+        """Add ``column`` (nullable, as declared on ``table``) to the existing table: how an older pool gains
+        a column (:func:`swarm.pool.schema.upgrade`). Default: a plain ``ALTER TABLE ... ADD COLUMN``."""
+        conn.exec_driver_sql(self._add_column_sql(conn, table, column))
+
+    def _add_column_sql(self, conn: sa.Connection, table: sa.Table, column: sa.Column, if_not_exists: str = "") -> str:
+        prep = conn.dialect.identifier_preparer
+        kind = column.type.compile(dialect=conn.dialect)
+        return f"ALTER TABLE {prep.format_table(table)} ADD COLUMN {if_not_exists}{prep.format_column(column)} {kind}"
+
     def analyze(self, conn: sa.Connection) -> None:
         """Refresh the query planner's statistics of the pool's tables."""
 

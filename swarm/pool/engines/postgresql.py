@@ -50,8 +50,12 @@ class PostgreSQL(Dialect):
     def _insert_ignore(self, table: sa.Table) -> sa.Insert:
         return _insert_ignore(table)
 
+    def add_column(self, conn: sa.Connection, table: sa.Table, column: sa.Column) -> None:
+        """``ADD COLUMN IF NOT EXISTS``: two processes opening one older pool at once both get through."""
+        conn.exec_driver_sql(self._add_column_sql(conn, table, column, if_not_exists="IF NOT EXISTS "))
+
     def analyze(self, conn: sa.Connection) -> None:
-        conn.exec_driver_sql("ANALYZE steps, episodes, labels, leases")
+        conn.exec_driver_sql("ANALYZE steps, episodes, labels, leases, blocks")
 
     def json_eq(self, col: sa.ColumnElement, key: str, value: Any) -> sa.ColumnElement:
         return col.op("->", return_type=JSONB)(sa.literal(key)) == sa.cast(sa.literal(json.dumps(value)), JSONB)
