@@ -69,9 +69,14 @@ def snapshot(pool: Lookup, flt: StepFilter, active_clients: frozenset[str] = fro
     another trainer's) are not ready: counting them would fire an update that leases fewer groups.
     """
     rewards: dict[str, dict[str, float]] = defaultdict(dict)
-    for s in pool.query_steps(flt.model_copy(update={"leased": False}), limit=_SCAN):
-        if s.reward is not None:
-            rewards[s.group_id or s.episode_id][s.episode_id] = s.reward
+    ready = flt.model_copy(update={"leased": False})
+    if hasattr(pool, "ready_rewards"):  # three columns, not whole steps: the wait reads this several times a second
+        rows = pool.ready_rewards(ready, limit=_SCAN)
+    else:
+        rows = [(s.group_id, s.episode_id, s.reward) for s in pool.query_steps(ready, limit=_SCAN)]
+    for group_id, episode_id, reward in rows:
+        if reward is not None:
+            rewards[group_id or episode_id][episode_id] = reward
     open_eps = pool.query_episodes(StepFilter(episode_status=EpisodeStatus.open, episode_type=EpisodeType.train),
                                    limit=_SCAN)
     n_open: dict[str, int] = defaultdict(int)
@@ -83,24 +88,53 @@ def snapshot(pool: Lookup, flt: StepFilter, active_clients: frozenset[str] = fro
 
 
 def wait_for_batch(pool: Lookup, flt: StepFilter, strategy: Strategy | str, *, min_episodes: int, min_groups: int,
-                   group_size: int, timeout_s: float = 600.0, poll_s: float = 0.25,
+                   group_size: int, timeout_s: float = 600.0, poll_s: float = 0.25, probe_s: float = 0.02,
                    clients: Callable[[], tuple[frozenset[str], frozenset[str]]] | None = None,
                    on_poll: Callable[[Decision], None] | None = None,
                    should_stop: Callable[[], bool] = lambda: False) -> Decision:
-    """Poll the pool until the strategy fires (or ``timeout_s`` passes: TimeoutError)."""
+    """Poll the pool until the strategy fires (or ``timeout_s`` passes: TimeoutError).
+
+    The strategy decides on a snapshot every ``poll_s`` (late rewards, expired leases, clients' agreements);
+    between snapshots a count of finished episodes is read every ``probe_s`` (one index lookup), and a
+    snapshot is taken as soon as enough more episodes finished to change the decision
+    (:func:`_needed`): a batch is seen a few ms after its last episode ends, not up to ``poll_s`` later."""
     deadline = time.monotonic() + timeout_s
     agreeing = Strategy(strategy) in (Strategy.any_agree, Strategy.all_agree)  # only C4 / C5 read clients
+    probe = getattr(pool, "finished_count", None)
     while True:
+        seen = probe() if probe is not None else 0  # read before the snapshot: nothing ending after it is missed
         active, agreed = clients() if clients and agreeing else (frozenset(), frozenset())
-        d = decide(strategy, snapshot(pool, flt, active, agreed), min_episodes=min_episodes, min_groups=min_groups,
-                   group_size=group_size)
+        snap = snapshot(pool, flt, active, agreed)
+        d = decide(strategy, snap, min_episodes=min_episodes, min_groups=min_groups, group_size=group_size)
         if on_poll:
             on_poll(d)
         if d.fire or should_stop():
             return d
         if time.monotonic() > deadline:
             raise TimeoutError(f"no batch after {timeout_s:.0f}s: {d.reason} (strategy {Strategy(strategy).value})")
-        time.sleep(poll_s)
+        need = _needed(strategy, snap, min_episodes, min_groups, group_size) if probe is not None else None
+        until = time.monotonic() + poll_s
+        while (left := until - time.monotonic()) > 0 and not should_stop():
+            time.sleep(min(left, probe_s) if need is not None else left)
+            if need is not None and probe() - seen >= need:
+                break
+
+
+def _needed(strategy: Strategy | str, snap: Snapshot, min_episodes: int, min_groups: int, group_size: int) -> int | None:
+    """How many more episodes must finish, at least, before ``decide`` can fire on ``snap``'s pool (None: it
+    does not depend on episodes alone: the clients' agreements). A lower bound: a late reward or an abandoned
+    episode can change a group without finishing one, which the next full poll sees."""
+    s = Strategy(strategy)
+    if s is Strategy.episodes:
+        return max(1, min_episodes - sum(len(g.rewards) for g in snap.groups))
+    if s not in (Strategy.groups, Strategy.groups_var):
+        return None
+    ok = [g for g in snap.groups if g.complete(group_size) and (s is Strategy.groups or g.has_variance)]
+    # a complete group without variance never gains it: only incomplete groups (and new ones) can still count
+    missing = sorted(max(group_size - len(g.rewards), 1) for g in snap.groups if not g.complete(group_size))
+    short = max(min_groups - len(ok), 1)
+    missing = (missing + [max(group_size, 1)] * short)[:short]
+    return max(1, sum(missing))
 
 
 def lease_batch(pool: LeaseBook, flt: StepFilter, decision: Decision, ttl_s: float = 600.0) -> Lease:

@@ -85,6 +85,23 @@ class LeaseMixin(Database):
         steps.sort(key=lambda s: (rank[s.group_id or s.step_id], s.created_at, s.step_id))
         return Lease(lease_id=lease_id, steps=steps, expires_at=expires, group_ids=chosen)
 
+    def ready_rewards(self, filter: StepFilter, limit: int = 100_000) -> list[tuple[str | None, str, float | None]]:
+        """``(group_id, episode_id, reward)`` of the steps matching ``filter``, oldest first, at most ``limit``:
+        what a waiting trainer's snapshot reads (:func:`swarm.loop.snapshot`), three columns instead of whole
+        steps (the reward: the step's own, else its episode's, as :meth:`query_steps` gives it)."""
+        f = coerce(StepFilter, filter, "filter")
+        q = (sa.select(S.c.group_id, S.c.episode_id, sa.func.coalesce(S.c.reward, E.c.reward)).select_from(JOIN)
+             .where(*step_conditions(f, self.sql)).order_by(S.c.created_at, S.c.step_id).limit(limit))
+        with self._tx() as c:
+            return [(g, e, r) for g, e, r in c.execute(q)]
+
+    def finished_count(self) -> int:
+        """How many episodes have finished (an index range count): a waiting trainer reads the pool again
+        when enough more have finished to change its decision (:func:`swarm.loop.wait_for_batch`)."""
+        q = sa.select(sa.func.count()).select_from(E).where(E.c.status == EpisodeStatus.finished.value)
+        with self._tx() as c:
+            return int(c.execute(q).scalar_one())
+
     def ack(self, lease_id: str, consumed_version: int) -> int:
         """Mark a live lease's steps consumed by ``consumed_version``; returns how many."""
         if isinstance(consumed_version, bool) or not isinstance(consumed_version, int) or consumed_version < 0:
