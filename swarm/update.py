@@ -158,7 +158,7 @@ def apply(trainer: Trainer, items: list[TrainSeq], stages: Stages = Stages(), le
         metrics.update(stages.publish(ledger, commit))  # an update ending at a checkpoint keeps its adapter
     with clock("journal"):
         if lease is not None:
-            ledger.trained(lease.lease_id, [st.step_id for st in lease.steps])
+            ledger.trained(lease.lease_id, [st.step_id for st in lease.steps], lease.expires_at)
     crash_point("after_publish")
     with clock("checkpoint"):
         if commit:
@@ -180,16 +180,21 @@ def run_update(ledger: Ledger, s: UpdateSettings, stop: threading.Event, stages:
     clock = Clock()
     t0 = time.perf_counter()
     with clock("fill"):
-        fill_from_ratings(ledger, s)
+        if s.rating_rule.mode == "fill" and _any_feedback(ledger):
+            fill_from_ratings(ledger, s)
     got = lease_usable(ledger, s, stop, stages, _filling(ledger, s, on_poll), clock)
     if got is None:
         return None
     lease, steps, n_bad = got
     lease = lease.model_copy(update={"steps": steps})  # the quarantined ones are settled apart
     metrics = {**loop.batch_metrics(steps, ledger.trainer.version), "pool/quarantined": float(n_bad)}
-    with clock("feedback_read"):
-        steps, fb_metrics = rate(ledger, s, steps)
-        corrections = pending_corrections(ledger, s)
+    with clock("feedback_read"):  # one index lookup while no feedback was ever posted (the usual case)
+        if _uses_feedback(s) and _any_feedback(ledger):
+            steps, fb_metrics = rate(ledger, s, steps)
+            corrections = pending_corrections(ledger, s)
+        else:  # what rate and pending_corrections give without any feedback, without reading the pool
+            fb_metrics = {} if s.rating_rule.mode == "ignore" else {"feedback/rated_steps": 0.0}
+            corrections = []
     with clock("items"):
         items = items_from_steps(steps, group_by=s.group_by, scale_std=s.scale_std) + corrections
     metrics.update(fb_metrics)
@@ -249,6 +254,17 @@ def fill_from_ratings(ledger: Ledger, s: UpdateSettings) -> int:
     return len(todo)
 
 
+def _uses_feedback(s: UpdateSettings) -> bool:
+    """Whether the settings read any feedback: a rating rule, or corrections that train."""
+    return s.rating_rule.mode != "ignore" or (s.correction_weight > 0 and s.max_corrections >= 1)
+
+
+def _any_feedback(ledger: Ledger) -> bool:
+    """Whether the pool holds any feedback at all (a pool without the cheap check: assume it does)."""
+    has = getattr(ledger.pool, "has_feedback", None)
+    return True if has is None else bool(has())
+
+
 def _filling(ledger: Ledger, s: UpdateSettings, on_poll: Callable[[Any], None] | None,
              every_s: float = 1.0) -> Callable[[Any], None] | None:
     """``on_poll`` that also fills rewards from ratings (at most every ``every_s``) while the wait polls."""
@@ -261,7 +277,8 @@ def _filling(ledger: Ledger, s: UpdateSettings, on_poll: Callable[[Any], None] |
             on_poll(decision)
         if not decision.fire and time.monotonic() - last[0] >= every_s:
             last[0] = time.monotonic()
-            fill_from_ratings(ledger, s)
+            if _any_feedback(ledger):
+                fill_from_ratings(ledger, s)
     return poll
 
 

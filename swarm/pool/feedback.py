@@ -5,6 +5,7 @@ adds a correction's exact token ids (``payload["correction_tokens"]``: the corre
 the ids) when it serves the step's policy; a correction of an episode corrects its last step. This mixin reads them in batches for one update (never one query per
 step) and records which update trained which correction (table ``feedback_uses``):
 
+- :meth:`FeedbackMixin.has_feedback`: whether there is any (a trainer reads nothing more while there is none).
 - :meth:`FeedbackMixin.feedback_ratings`: the ratings on given steps and on their episodes.
 - :meth:`FeedbackMixin.unrewarded_ratings`: ratings on a policy's finished, unconsumed train steps
   (or their episodes) that have no final reward: what the ``fill`` rule turns into rewards.
@@ -78,6 +79,12 @@ def _rating(rec: dict[str, Any], episode_id: str | None = None) -> Rating | None
 
 class FeedbackMixin(Database):
     """Feedback reads and uses for :class:`swarm.pool.store.Pool` (see the module docstring)."""
+
+    def has_feedback(self) -> bool:
+        """Whether any feedback (rating or correction) was ever posted: one index lookup, so a trainer skips
+        every other feedback read of an update while there is none."""
+        with self._tx() as c:
+            return c.execute(sa.select(EV.c.event_id).where(_FEEDBACK).limit(1)).first() is not None
 
     def feedback_ratings(self, step_ids: list[str]) -> list[Rating]:
         """Ratings on these steps and on their episodes, oldest first."""

@@ -17,6 +17,7 @@ The one writer of policy versions into the pool (:meth:`Ledger.publish`; the num
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -44,6 +45,7 @@ class Ledger:
         self.pending: list[tuple[str, list[str], int]] = []
         self.last_commit = trainer.updates  # updates contained in the last committed checkpoint
         self.version_metadata: dict[str, Any] = {}  # recorded on every version it publishes (the MLflow run id)
+        self._expires: dict[str, float] = {}  # pending lease -> its expiry as last set (lease or renew)
 
     # -- during the run ---------------------------------------------------------------------
     def due(self) -> bool:
@@ -60,9 +62,12 @@ class Ledger:
         tr = self.trainer
         return None if tr.out_dir is None else tr.out_dir / "checkpoints" / tr.policy / "journal.jsonl"
 
-    def trained(self, lease_id: str, step_ids: list[str]) -> None:
-        """Record an update's lease and trained steps (after publish; settled at the next commit)."""
+    def trained(self, lease_id: str, step_ids: list[str], expires_at: float | None = None) -> None:
+        """Record an update's lease and trained steps (after publish; settled at the next commit); ``expires_at``
+        (the lease's) lets :meth:`renew` skip it while it has more than half its TTL left."""
         self.pending.append((lease_id, list(step_ids), int(self.trainer.version)))
+        if expires_at is not None:
+            self._expires[lease_id] = float(expires_at)
         if self.journal_path is not None:
             journal.append(self.journal_path, {"event": "update", "update": self.trainer.updates,
                                                "version": self.trainer.version, "lease_id": lease_id,
@@ -76,10 +81,18 @@ class Ledger:
         self.pool.add_policy_version(record.model_copy(update={"metadata": meta}) if meta else record)
         return metrics
 
-    def renew(self) -> None:
-        """Keep the pending leases reserved (call right before leasing again)."""
+    def renew(self, now: float | None = None) -> int:
+        """Keep the pending leases reserved (call right before leasing again): each one with less than half
+        the TTL left (or an unknown expiry) is pushed to ``now + ttl_s``; returns how many were renewed. A lease
+        far from its expiry needs no write: only an expired one could be leased again."""
+        t = time.time() if now is None else now
+        n = 0
         for lease_id, _, _ in self.pending:
-            self.pool.renew(lease_id, self.ttl_s)
+            if self._expires.get(lease_id, t) - t > self.ttl_s / 2:
+                continue
+            self._expires[lease_id] = self.pool.renew(lease_id, self.ttl_s)
+            n += 1
+        return n
 
     def commit(self, extra: dict[str, Any] | None = None) -> tuple[Path, Path | None] | None:
         """Checkpoint (with the pending leases), then settle them; returns (checkpoint, adapter dir), None when
@@ -98,6 +111,7 @@ class Ledger:
             self.pool.settle(lease_id, ids, version)
         crash_point("after_settle")
         self.pending = []
+        self._expires.clear()
         self.last_commit = tr.updates
         return ckpt, adapter
 

@@ -1,5 +1,5 @@
 """run_updates (a script's entry to the flow's update) on a real pool and trainer: N updates published as
-versions 1..N, settled at the closing checkpoint, stopped from the callback; one place numbers versions."""
+versions 1..N, settled at the closing checkpoint, stopped from the callback; one place numbers versions; pending leases renewed only when near their expiry."""
 
 from __future__ import annotations
 
@@ -71,3 +71,15 @@ def test_publish_after_takes_the_next_number(tmp_path: Path) -> None:
     trainer = Trainer(make_tiny_llama(seed=1), TrainConfig(lr=1e-3, lora=LoraSpec(rank=2)))
     assert trainer.publish(save=False)[0].version == 1
     assert trainer.publish(save=False, after=7)[0].version == 8 and trainer.version == 8
+
+
+def test_renew_writes_only_leases_past_half_their_ttl(tmp_path: Path) -> None:
+    led = _ledger(tmp_path)
+    led.ttl_s = 100.0
+    _group(led.pool, "g0")
+    lease = led.pool.lease(StepFilter.trainable(policy="default"), max_groups=1, ttl_s=led.ttl_s)
+    led.trained(lease.lease_id, [s.step_id for s in lease.steps], lease.expires_at)
+    assert led.renew() == 0  # 100 s left: nothing to write
+    assert led.renew(now=lease.expires_at - 40) == 1  # 40 s left: pushed to a full TTL again
+    _group(led.pool, "g1")  # the pending steps stay reserved: a new lease takes only g1
+    assert {s.group_id for s in led.pool.lease(StepFilter.trainable(policy="default"), max_groups=5).steps} == {"g1"}
