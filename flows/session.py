@@ -86,8 +86,9 @@ class Session:
         return max(led.trainer.version for led in self.ledgers.values())
 
     def record(self, row: dict[str, float]) -> None:
-        """Log one update's row to MLflow at the current version and keep it for the summary."""
-        tracking.log_metrics(row, step=self.version())
+        """Log one update's row to MLflow at the current version (queued: MLflow's logging thread writes it
+        while the next update runs; :func:`_end_run` flushes) and keep it for the summary."""
+        tracking.log_metrics(row, step=self.version(), wait=False)
         self.history.append(row)
 
 
@@ -156,7 +157,9 @@ def _open_run(s: Session, out: Path) -> ActiveRun:
 
 
 def _end_run(s: Session) -> None:
-    """Log the merge stats, the summary and the eval games, then end the MLflow run with the session's status."""
+    """Log the merge stats, the summary and the eval games, then end the MLflow run with the session's status
+    (the queued update rows written first: a stopped run's MLflow ends at its checkpoint's version)."""
+    tracking.flush()
     tracking.mlflow.log_dict({"per_update": [{k: v for k, v in row.items() if k.startswith("merge/")}
                                              for row in s.history]}, "merge_stats.json")
     s.values = console.summary_values(s.history, time.time() - s.t_start)
