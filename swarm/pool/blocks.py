@@ -20,6 +20,9 @@ versions read back unchanged:
 - logprobs: float32 followed by the byte ``0x01`` when every value is a float32 (what sampling
   on torch or vLLM records), else float64: an exact round trip of Python floats either way.
 
+Chat messages (a step's ``prompt_messages``) are chained the same way, one message a link
+(:func:`chain_messages`): the history a conversation repeats at every call is stored once.
+
 :func:`pack_ids` / :func:`pack_floats` (plain uint32 / float64, no width byte) stay the canonical
 encodings that keys and step digests hash.
 
@@ -29,15 +32,17 @@ Pure functions only; :mod:`swarm.pool.store` does the storing.
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 from array import array
 
-__all__ = ["HASH_BYTES", "pack_ids", "unpack_ids", "pack_floats", "unpack_floats", "pack_tokens", "unpack_tokens",
-           "pack_logprobs", "cut", "head_of", "split_hashes"]
+__all__ = ["HASH_BYTES", "chain_messages", "unpack_message", "pack_ids", "unpack_ids", "pack_floats", "unpack_floats",
+           "pack_tokens", "unpack_tokens", "pack_logprobs", "cut", "head_of", "split_hashes"]
 
 HASH_BYTES = 16
 CHAIN = b"\x01"  # the byte after a head key in ``block_keys``; also float32 logprobs' trailing byte
 _PERSON = b"swarm.chain.v2"  # chained keys never equal the older, unchained ones
+_MESSAGES = b"swarm.msgs.v1"
 _BIG_ENDIAN = sys.byteorder == "big"
 assert array("I").itemsize == 4 and array("H").itemsize == 2 and array("d").itemsize == 8 and array("f").itemsize == 4
 
@@ -126,6 +131,23 @@ def cut(ids: list[int], block_size: int) -> tuple[list[tuple[bytes, bytes]], byt
         prev = hashlib.blake2b(prev + chunk, digest_size=HASH_BYTES, person=_PERSON).digest()
         blocks.append((prev, pack_tokens(ids[i * block_size : (i + 1) * block_size])))
     return blocks, pack_tokens(ids[n_full * block_size :])
+
+
+def chain_messages(messages: list) -> list[tuple[bytes, bytes]]:
+    """Chat messages as chained ``[(key, UTF-8 JSON with sorted keys), ...]``: message ``i``'s key hashes
+    message ``i - 1``'s key and its own bytes, so it names the whole history up to it."""
+    out: list[tuple[bytes, bytes]] = []
+    prev = b""
+    for m in messages:
+        data = json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+        prev = hashlib.blake2b(prev + data, digest_size=HASH_BYTES, person=_MESSAGES).digest()
+        out.append((prev, data))
+    return out
+
+
+def unpack_message(data: bytes) -> object:
+    """One message of :func:`chain_messages` back."""
+    return json.loads(data.decode("utf-8", "surrogatepass"))
 
 
 def head_of(blocks: list[tuple[bytes, bytes]]) -> bytes:

@@ -17,15 +17,26 @@ from typing import Any
 import sqlalchemy as sa
 
 from swarm.errors import ConflictError, NotFoundError, SwarmError
-from swarm.pool.blocks import CHAIN, HASH_BYTES, pack_floats, pack_ids, split_hashes, unpack_floats, unpack_tokens
+from swarm.pool.blocks import (
+    CHAIN,
+    HASH_BYTES,
+    pack_floats,
+    pack_ids,
+    split_hashes,
+    unpack_floats,
+    unpack_message,
+    unpack_tokens,
+)
 from swarm.pool.checks import chunks
 from swarm.pool.query import JOIN
 from swarm.pool.schema import blocks as B
 from swarm.pool.schema import episodes as E
+from swarm.pool.schema import messages as M
 from swarm.pool.schema import steps as S
 from swarm.records import Episode, EpisodeStatus, RewardStatus, Source, Step
 
-__all__ = ["digest", "to_episode", "to_step", "read_episode", "open_episode", "read_steps", "load_tokens", "ORDERS",
+__all__ = ["digest", "to_episode", "to_step", "read_episode", "open_episode", "read_steps", "load_tokens",
+           "load_messages", "ORDERS",
            "EPISODE_COLS"]
 
 _TOKEN_COLS = ("block_keys", "tail", "logprobs")
@@ -59,8 +70,9 @@ def to_episode(r: Mapping[str, Any]) -> Episode:
     return Episode(**{k: r[k] for k in EPISODE_COLS}, metadata=r["meta"])
 
 
-def to_step(r: Mapping[str, Any], ids: list[int] | None) -> Step:
-    """A stored row as a Step (trusted data: constructed without re-validation)."""
+def to_step(r: Mapping[str, Any], ids: list[int] | None, messages: list[dict[str, Any]] | None = None) -> Step:
+    """A stored row as a Step (trusted data: constructed without re-validation); ``messages``: its prompt
+    messages when the body names them by their chain's head (:func:`load_messages`)."""
     body = r["body"]
     own = r["reward"] is not None
     if ids is None:
@@ -72,7 +84,7 @@ def to_step(r: Mapping[str, Any], ids: list[int] | None) -> Step:
     return Step.model_construct(step_id=r["step_id"], episode_id=r["episode_id"], index=r["idx"],
                                 parent_step_id=r["parent_step_id"], task=r["task"], group_id=r["group_id"],
                                 policy=r["policy"], policy_version=r["policy_version"], source=Source(r["source"]),
-                                prompt_messages=body.get("prompt_messages"), prompt_ids=prompt,
+                                prompt_messages=body.get("prompt_messages", messages), prompt_ids=prompt,
                                 response_text=body.get("response_text"), tool_calls=body.get("tool_calls") or [],
                                 response_ids=response, response_logprobs=logprobs,
                                 finish_reason=body.get("finish_reason"), response_id=r["response_id"],
@@ -108,20 +120,56 @@ def read_steps(c: sa.Connection, where: list[sa.ColumnElement], with_tokens: boo
         q = q.limit(limit)
     rows = list(c.execute(q).mappings())
     tokens = load_tokens(c, rows) if with_tokens else {}
-    return [to_step(r, tokens.get(r["step_id"])) for r in rows]
+    messages = load_messages(c, rows)
+    return [to_step(r, tokens.get(r["step_id"]), messages.get(r["step_id"])) for r in rows]
 
 
-def _chain_walk() -> sa.Select:
-    """Every block of the chains that end at the keys bound as ``heads``: each block once, however many
-    chains share it (``UNION`` drops the rows already found), one primary-key lookup a block."""
-    start = sa.select(B.c.key, B.c.prev, B.c.tokens).where(B.c.key.in_(sa.bindparam("heads", expanding=True)))
-    chain = start.cte("chain", recursive=True)
-    back = B.alias("back")
-    chain = chain.union(sa.select(back.c.key, back.c.prev, back.c.tokens).where(back.c.key == chain.c.prev))
-    return sa.select(chain.c.key, chain.c.prev, chain.c.tokens)
+def _chain_walk(table: sa.Table, payload: str) -> sa.Select:
+    """Every row of the chains in ``table`` that end at the keys bound as ``heads``: each row once, however
+    many chains share it (``UNION`` drops the rows already found), one primary-key lookup a row."""
+    start = sa.select(table.c.key, table.c.prev, table.c[payload])
+    chain = start.where(table.c.key.in_(sa.bindparam("heads", expanding=True))).cte("chain", recursive=True)
+    back = table.alias("back")
+    chain = chain.union(sa.select(back.c.key, back.c.prev, back.c[payload]).where(back.c.key == chain.c.prev))
+    return sa.select(chain.c.key, chain.c.prev, chain.c[payload])
 
 
-_WALK = _chain_walk()
+_WALK = _chain_walk(B, "tokens")
+_WALK_MESSAGES = _chain_walk(M, "message")
+
+
+def _walk(c: sa.Connection, q: sa.Select, heads: set[bytes]) -> dict[bytes, tuple[bytes | None, bytes]]:
+    found: dict[bytes, tuple[bytes | None, bytes]] = {}
+    for chunk in chunks(sorted(heads)):
+        found.update((k, (p, v)) for k, p, v in c.execute(q, {"heads": chunk}))
+    return found
+
+
+def _back(found: dict[bytes, tuple[bytes | None, bytes]], head: bytes) -> list[bytes]:
+    """The keys of the chain ending at ``head``, first to last (KeyError where a link is missing)."""
+    keys, key = [], head
+    while key:
+        keys.append(key)
+        key = found[key][0]
+    keys.reverse()
+    return keys
+
+
+def load_messages(c: sa.Connection, rows: list[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The prompt messages of each row whose body names them by their chain's head, by step_id (rows whose
+    body holds them inline are not in the answer)."""
+    heads = {r["step_id"]: bytes.fromhex(h) for r in rows if (h := (r["body"] or {}).get("prompt_messages_head"))}
+    if not heads:
+        return {}
+    found = _walk(c, _WALK_MESSAGES, set(heads.values()))
+    out = {}
+    for sid, head in heads.items():
+        try:
+            # decoded per step: two steps never share (and so never mutate) one message dict
+            out[sid] = [unpack_message(found[k][1]) for k in _back(found, head)]
+        except KeyError as e:
+            raise SwarmError("step references a missing chat message", step_id=sid) from e
+    return out
 _LISTED = sa.select(B.c.key, B.c.prev, B.c.tokens).where(B.c.key.in_(sa.bindparam("keys", expanding=True)))
 
 
@@ -141,9 +189,7 @@ def load_tokens(c: sa.Connection, rows: list[Mapping[str, Any]], missing_ok: boo
             heads.add(bk[:HASH_BYTES])
         else:
             listed.update(split_hashes(bk))
-    found: dict[bytes, tuple[bytes | None, bytes]] = {}
-    for chunk in chunks(sorted(heads)):
-        found.update((k, (p, t)) for k, p, t in c.execute(_WALK, {"heads": chunk}))
+    found = _walk(c, _WALK, heads)
     for chunk in chunks(sorted(listed - found.keys())):
         found.update((k, (p, t)) for k, p, t in c.execute(_LISTED, {"keys": chunk}))
     decoded: dict[bytes, list[int]] = {}  # each block decoded once, however many rows share it
@@ -159,11 +205,7 @@ def load_tokens(c: sa.Connection, rows: list[Mapping[str, Any]], missing_ok: boo
         bk = r["block_keys"] or b""
         try:
             if _is_head(bk):
-                keys, key = [], bk[:HASH_BYTES]
-                while key:
-                    keys.append(key)
-                    key = found[key][0]
-                keys.reverse()
+                keys = _back(found, bk[:HASH_BYTES])
             else:
                 keys = split_hashes(bk)
             parts = [ids_of(k) if k in found or not missing_ok else [] for k in keys]

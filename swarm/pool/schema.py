@@ -18,9 +18,9 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
-__all__ = ["metadata", "upgrade", "missing_columns", "ADDED_COLUMNS", "episodes", "steps", "blocks", "events",
-           "labels", "leases", "policy_versions", "agreements", "rewards", "curations", "lease_plans", "trainer_claims",
-           "feedback_uses", "eval_results", "ID_LEN", "NAME_LEN", "INT32_MAX"]
+__all__ = ["metadata", "upgrade", "missing_columns", "ADDED_COLUMNS", "episodes", "steps", "blocks", "messages",
+           "events", "labels", "leases", "policy_versions", "agreements", "rewards", "curations", "lease_plans",
+           "trainer_claims", "feedback_uses", "eval_results", "ID_LEN", "NAME_LEN", "INT32_MAX"]
 
 ID_LEN = 128  # ids (episode, step, group, client, lease, event, label)
 NAME_LEN = 256  # task, policy and label names
@@ -109,6 +109,18 @@ blocks = sa.Table(
     sa.Column("key", sa.LargeBinary(16), primary_key=True),
     sa.Column("tokens", sa.LargeBinary, nullable=False),
     sa.Column("prev", sa.LargeBinary(16)),  # the block before this one (None: the first; unknown in older rows)
+    sqlite_with_rowid=False,
+)
+
+# each chat message once, chained like the token blocks (swarm.pool.blocks.chain_messages): a step's body names the
+# last message of its prompt (``prompt_messages_head``) and reading walks back, so a conversation that grows by two
+# messages a turn stores two messages a turn, not the whole history again
+messages = sa.Table(
+    "messages",
+    metadata,
+    sa.Column("key", sa.LargeBinary(16), primary_key=True),
+    sa.Column("prev", sa.LargeBinary(16)),  # the message before this one (None: the first)
+    sa.Column("message", sa.LargeBinary, nullable=False),  # UTF-8 JSON, keys sorted
     sqlite_with_rowid=False,
 )
 

@@ -22,6 +22,7 @@ It does not tokenize, compute advantages or talk HTTP.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import sqlalchemy as sa
@@ -29,7 +30,7 @@ import sqlalchemy as sa
 from swarm.errors import ConflictError, NotFoundError, ValidationError
 from swarm.pool.agreements import AgreementsMixin
 from swarm.pool.annotate import AnnotateMixin
-from swarm.pool.blocks import cut, head_of, pack_logprobs
+from swarm.pool.blocks import chain_messages, cut, head_of, pack_logprobs
 from swarm.pool.checks import check_page, chunks, coerce, scrub_nul
 from swarm.pool.claims import ClaimsMixin
 from swarm.pool.curations import CurationsMixin
@@ -48,6 +49,7 @@ from swarm.pool.rewards import RewardsMixin
 from swarm.pool.rows import ORDERS, digest, read_episode, read_steps, to_episode
 from swarm.pool.schema import blocks as B
 from swarm.pool.schema import episodes as E
+from swarm.pool.schema import messages as M
 from swarm.pool.schema import missing_columns, upgrade
 from swarm.pool.schema import steps as S
 from swarm.pool.settle import SettleMixin
@@ -87,6 +89,10 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
                 upgrade(c, self.sql.add_column)
         self.block_size = block_size
         self._overview = Overview(self)
+        # keys of blocks and messages this process has seen committed: a step's write skips the rows of the
+        # context it shares with earlier steps (nothing ever deletes a block or a message)
+        self._known: dict[bytes, None] = {}
+        self._known_lock = threading.Lock()
 
     @property
     def overview(self) -> Overview:
@@ -140,7 +146,8 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         for attempt in range(3):
             try:
                 with self._tx(write=True) as c:
-                    n_new = self._insert_steps(c, batch, prepared, append)
+                    n_new, written = self._insert_steps(c, batch, prepared, append)
+                self._remember(written)  # committed
                 break
             except sa.exc.IntegrityError:
                 # a concurrent writer (PostgreSQL) inserted one of these ids first: look again
@@ -155,8 +162,18 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         except OverflowError as e:
             raise ValidationError("prompt_ids/response_ids: token ids must be < 2**32", step_id=s.step_id) from e
         keys = [k for k, _ in full]
+        body = scrub_nul(_body(s))  # model text may hold NUL; the ids below keep it exactly
+        msgs, chained = body.pop("prompt_messages", None), {}
+        if msgs:  # stored once per conversation, chained: the step names the last one
+            chain = chain_messages(msgs)
+            body["prompt_messages_head"] = chain[-1][0].hex()
+            mkeys = [k for k, _ in chain]
+            chained = {k: {"key": k, "prev": p, "message": m} for (k, m), p in zip(chain, [None, *mkeys], strict=False)}
+        elif msgs is not None:
+            body["prompt_messages"] = msgs
         return {
             "blocks": {k: {"key": k, "prev": p, "tokens": t} for (k, t), p in zip(full, [None, *keys], strict=False)},
+            "messages": chained,
             "row": {
                 "step_id": s.step_id,
                 "episode_id": s.episode_id,
@@ -174,13 +191,13 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
                 "block_keys": head_of(full),  # the last block's key: reading walks the chain back
                 "tail": tail,
                 "logprobs": None if s.response_logprobs is None else pack_logprobs(s.response_logprobs),
-                "body": scrub_nul(_body(s)),  # model text may hold NUL; the ids above keep it exactly
+                "body": body,
                 "meta": scrub_nul(s.metadata),
             },
         }
 
     def _insert_steps(self, c: sa.Connection, batch: dict[str, Step], prepared: dict[str, dict],
-                      append: bool = False) -> int:
+                      append: bool = False) -> tuple[int, list[bytes]]:
         existing: dict[str, tuple[bytes, int]] = {}
         for chunk in chunks(list(batch)):
             existing.update((r.step_id, (r.digest, r.idx)) for r in c.execute(_EXISTING, {"ids": chunk}))
@@ -194,7 +211,7 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         if append:  # every appended-to episode's next index, in one query for the whole batch
             for chunk in chunks(ep_ids):
                 next_idx.update((e, top + 1) for e, top in c.execute(_TOPS, {"ids": chunk}))
-        rows, block_rows, touched = [], {}, set()
+        rows, block_rows, message_rows, touched = [], {}, {}, set()
         for sid, s in batch.items():
             ep = eps.get(s.episode_id)
             if ep is None:
@@ -217,13 +234,26 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
             p = prepared[sid]
             rows.append({**p["row"], "idx": norm.index, "task": norm.task, "group_id": norm.group_id, "digest": dig})
             block_rows.update(p["blocks"])
+            message_rows.update(p["messages"])
             touched.add(s.episode_id)
-        self.sql.insert_ignore(c, B, list(block_rows.values()))
+        with self._known_lock:
+            block_rows = [r for k, r in block_rows.items() if k not in self._known]
+            message_rows = [r for k, r in message_rows.items() if k not in self._known]
+        self.sql.insert_ignore(c, B, block_rows)
+        self.sql.insert_ignore(c, M, message_rows)
         if rows:
             c.execute(S.insert(), rows)
         if touched:
             c.execute(_TOUCH, {"ids": sorted(touched), "t": now()})
-        return len(rows)
+        return len(rows), [r["key"] for r in block_rows] + [r["key"] for r in message_rows]
+
+    def _remember(self, keys: list[bytes], capacity: int = 1 << 16) -> None:
+        """Note committed block and message keys (the oldest forgotten beyond ``capacity``)."""
+        with self._known_lock:
+            for k in keys:
+                self._known[k] = None
+            while len(self._known) > capacity:
+                del self._known[next(iter(self._known))]
 
     def get_step(self, step_id: str, with_tokens: bool = True) -> Step:
         """The stored step; NotFoundError if there is none."""

@@ -22,6 +22,7 @@ from swarm.pool.blocks import (
     unpack_tokens,
 )
 from swarm.pool.schema import blocks as B
+from swarm.pool.schema import messages as M
 from swarm.pool.schema import steps as S
 from swarm.records import Step
 
@@ -167,3 +168,47 @@ def test_block_sizes_can_change_between_opens(pool_url: str):
     assert p2.get_step(s1.step_id).prompt_ids == list(range(50))
     assert p2.get_step(s2.step_id).prompt_ids == list(range(60))
     p2.close()
+
+
+def test_chat_histories_are_stored_once_and_read_back_exactly(pool_url: str):
+    pool = Pool(pool_url)
+    try:
+        ep = episode(pool)
+        history = [{"role": "system", "content": "you are é 漢字 \U0001f600", "name": "sys"},
+                   {"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+        steps = []
+        for i in range(6):
+            steps.append(Step(episode_id=ep.episode_id, index=i, prompt_messages=[dict(m) for m in history],
+                              prompt_ids=[1, 2, 3], response_ids=[4], response_text=f"reply {i}"))
+            history += [{"role": "assistant", "content": f"reply {i}", "tool_calls": []},
+                        {"role": "tool", "content": f"result {i}", "tool_call_id": "c"}]
+        steps.append(Step(episode_id=ep.episode_id, index=6, prompt_messages=[], prompt_ids=[1]))
+        steps.append(Step(episode_id=ep.episode_id, index=7, prompt_messages=None, prompt_ids=[1]))
+        pool.add_steps(steps[:3])
+        pool.add_steps(steps)  # the first three again: a no-op
+        for s in steps:
+            assert pool.get_step(s.step_id).prompt_messages == s.prompt_messages
+        got = {g.step_id: g for g in pool.query_steps(limit=100)}
+        assert [got[s.step_id].prompt_messages for s in steps] == [s.prompt_messages for s in steps]
+        got[steps[1].step_id].prompt_messages[0]["content"] = "changed"  # each step has its own dicts
+        assert got[steps[2].step_id].prompt_messages[0]["content"] == history[0]["content"]
+        with pool.engine.connect() as c:
+            n_messages = c.execute(sa.select(sa.func.count()).select_from(M)).scalar_one()
+            bodies = c.execute(sa.select(S.c.body)).scalars().all()
+        assert n_messages == 2 + 2 * 5  # each message once, not 2 + 4 + ... + 12 times
+        assert not any("prompt_messages" in b and b["prompt_messages"] for b in bodies)
+    finally:
+        pool.close()
+
+
+def test_inline_chat_histories_of_older_rows_still_read(pool_url: str):
+    pool = Pool(pool_url)
+    try:
+        ep = episode(pool)
+        s = Step(episode_id=ep.episode_id, prompt_messages=[{"role": "user", "content": "old"}], prompt_ids=[1])
+        pool.add_step(s)
+        with pool._tx(write=True) as c:
+            c.execute(S.update().values(body={"prompt_messages": s.prompt_messages, "response_text": None}))
+        assert pool.get_step(s.step_id).prompt_messages == s.prompt_messages
+    finally:
+        pool.close()
