@@ -33,6 +33,7 @@ from swarm.gateway import (
     routes_responses,
     sync,
 )
+from swarm.gateway.fastlane import FastLane
 from swarm.gateway.hosts import HostCheck, host_name
 from swarm.gateway.state import GatewayState, State
 from swarm.policy.base import PolicyBackend
@@ -40,7 +41,7 @@ from swarm.pool import Served
 from swarm.web.errors import error_body, install_error_handlers
 from swarm.web.settings import GatewaySettings
 
-__all__ = ["create_app", "BodyLimit", "GatewaySettings"]
+__all__ = ["create_app", "BodyLimit", "GatewayApp", "GatewaySettings"]
 
 log = logging.getLogger("swarm.gateway")
 
@@ -93,6 +94,21 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+class GatewayApp(FastAPI):
+    """The FastAPI app with the gateway's fast lane at its door (:mod:`swarm.gateway.fastlane`): chat calls, episode
+    opens and ends are served by the same route code without FastAPI's per-request layers; everything else, and any
+    request the lane does not take as it is, goes the FastAPI way."""
+
+    fast_lane: FastLane | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        lane = self.fast_lane
+        if lane is not None and lane.wants(scope):
+            scope["app"] = self  # as Starlette sets it
+            return await lane(scope, receive, send, super().__call__)
+        await super().__call__(scope, receive, send)
+
+
 async def _sweep(state: GatewayState) -> None:
     while True:
         await asyncio.sleep(state.settings.sweep_interval_s)
@@ -123,7 +139,7 @@ def create_app(pool: Served, backend: PolicyBackend, settings: GatewaySettings |
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    app = FastAPI(
+    app = GatewayApp(
         title="swarmpool gateway",
         version="0.1.0",
         description="OpenAI-compatible gateway that records every call as an exact step in the swarm data pool.",
@@ -135,9 +151,11 @@ def create_app(pool: Served, backend: PolicyBackend, settings: GatewaySettings |
     app.state.control = control
     install_error_handlers(app)
     app.add_middleware(BodyLimit, default=settings.max_body_bytes, whitebox=settings.max_whitebox_body_bytes)
+    host_check = None
     if settings.open:  # no tokens: refuse foreign Host names (DNS rebinding); added last, so it runs first
         base = host_name(settings.base_url.split("://", 1)[-1].split("/", 1)[0]) if settings.base_url else ""
         app.add_middleware(HostCheck, allowed=(*settings.allowed_hosts, base))
+        host_check = HostCheck(None, allowed=(*settings.allowed_hosts, base))  # type: ignore[arg-type]
 
     @app.get("/health", tags=["meta"])
     async def health(st: GatewayState = Depends(State)) -> dict[str, Any]:
@@ -149,4 +167,5 @@ def create_app(pool: Served, backend: PolicyBackend, settings: GatewaySettings |
                    routes_lineage, sync, routes_control):
         app.include_router(module.router)
     mount_dashboard(app)
+    app.fast_lane = FastLane(app, state, host_check, settings.max_body_bytes)
     return app
