@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: setup run serve test lint bench verifiers-venv vllm-venv
+.PHONY: setup run serve test lint bench verifiers-venv vllm-venv litellm-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PY_SYS) -m venv $(VENV)
@@ -67,6 +67,22 @@ $(VLLM_STAMP):
 	touch $(VLLM_STAMP)
 
 vllm-venv: $(VLLM_STAMP)
+
+# LiteLLM's proxy in its own venv, for benchmarks/proxy_bench.py only (the gateway side by side with it): its proxy
+# extra pins fastapi / uvicorn / pydantic versions of its own, and nothing of ours is installed into it. Not part of
+# `make test`: the bench (and its test) skip with a message when this venv is missing.
+LITELLM_VENV := .venv-litellm
+LITELLM_STAMP := $(LITELLM_VENV)/.swarmpool-installed
+LITELLM_PACKAGE ?= litellm[proxy]
+
+$(LITELLM_STAMP):
+	test -x $(LITELLM_VENV)/bin/python || $(PY_SYS) -m venv $(LITELLM_VENV)
+	echo '*' > $(LITELLM_VENV)/.gitignore  # not the project's: git ignores the whole venv
+	$(LITELLM_VENV)/bin/python -m pip install -q "$(LITELLM_PACKAGE)" 2>&1 | grep -v "is ignored" || true
+	LITELLM_LOCAL_MODEL_COST_MAP=True $(LITELLM_VENV)/bin/python -c 'import litellm.proxy.proxy_server'
+	touch $(LITELLM_STAMP)
+
+litellm-venv: $(LITELLM_STAMP)
 
 run: setup
 	$(PY) -m flows.train
