@@ -331,7 +331,7 @@ async def store(state: GatewayState, plan: CallPlan, gens: list[Generation]) -> 
         parent = plan.prompt.parent_step_id or (last.step_id if last else None)
         steps = _steps(plan, gens, 0 if last is None else last.index + 1, parent, state.backend)
         await state.step_writer.submit(steps)
-        state.episodes.remember(ep_id, steps)
+        state.episodes.remember(ep_id, steps, plan.prompt.rendered, plan.prompt.rendered_key)
         if ident is not None:
             state.remember_call(ident, steps)
     return steps

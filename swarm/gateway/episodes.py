@@ -39,17 +39,18 @@ class LastCall:
     candidates: list[PreviousCall] = field(default_factory=list)
 
 
-def _previous(s: Step) -> PreviousCall:
+def _previous(s: Step, rendered: str | None = None, rendered_key: str | None = None) -> PreviousCall:
     return PreviousCall(s.step_id, s.prompt_messages or [], s.metadata.get("tools"), s.prompt_ids, s.response_ids,
-                        s.response_text, s.tool_calls)
+                        s.response_text, s.tool_calls, rendered, rendered_key)
 
 
-def last_call_of(steps: list[Step]) -> LastCall:
-    """What to remember after storing one call's steps (its n choices, indices assigned)."""
+def last_call_of(steps: list[Step], rendered: str | None = None, rendered_key: str | None = None) -> LastCall:
+    """What to remember after storing one call's steps (its n choices, indices assigned); ``rendered``: its
+    prompt's text as rendered for it (one prompt for all choices), under ``rendered_key``."""
     last = max(steps, key=lambda s: s.index)
     chat = [s for s in steps if s.metadata.get("kind") == "chat" and s.prompt_messages is not None]
     chat.sort(key=lambda s: s.metadata.get("choice", 0))
-    return LastCall(last.index, last.step_id, [_previous(s) for s in chat])
+    return LastCall(last.index, last.step_id, [_previous(s, rendered, rendered_key) for s in chat])
 
 
 def load_last_call(pool: Lookup, episode_id: str) -> LastCall | None:
@@ -74,9 +75,12 @@ class OpenEpisodes:
     """Heads read in batches, last calls kept in memory per episode (see the module docstring)."""
 
     def __init__(self, recorder: Recorder, lookup: Lookup, db: Callable[..., Awaitable[Any]],
-                 capacity: int = 2048) -> None:
+                 capacity: int = 2048, inline_heads: bool = False) -> None:
+        """``inline_heads``: read heads on the event loop, not on a worker thread (a local SQLite file: the read
+        is a few hundred microseconds that never wait for a writer in WAL mode, less than the thread hop costs)."""
         self.recorder, self.lookup = recorder, lookup
         self._db = db
+        self.inline_heads = inline_heads
         self.capacity = capacity
         self._last: OrderedDict[str, LastCall] = OrderedDict()
         self._heads: Batcher[str, EpisodeHead | None] = Batcher(self._read_heads)
@@ -84,7 +88,10 @@ class OpenEpisodes:
         self.misses = 0
 
     async def _read_heads(self, ids: list[str]) -> list[EpisodeHead | None]:
-        heads = await self._db(self.recorder.episode_heads, ids)
+        if self.inline_heads:
+            heads = self.recorder.episode_heads(ids)
+        else:
+            heads = await self._db(self.recorder.episode_heads, ids)
         return [heads.get(i) for i in ids]
 
     async def head(self, episode_id: str) -> EpisodeHead | None:
@@ -111,10 +118,12 @@ class OpenEpisodes:
         """The newest last call this gateway knows of (no pool access)."""
         return self._last.get(episode_id)
 
-    def remember(self, episode_id: str, steps: list[Step]) -> None:
-        """Record a call's steps, just committed with their pool indices, as the episode's last call."""
+    def remember(self, episode_id: str, steps: list[Step], rendered: str | None = None,
+                 rendered_key: str | None = None) -> None:
+        """Record a call's steps, just committed with their pool indices, as the episode's last call (with the
+        text its prompt was rendered to, when known: :attr:`swarm.gateway.prefix.PreviousCall.rendered`)."""
         if steps:
-            self._keep(episode_id, last_call_of(steps))
+            self._keep(episode_id, last_call_of(steps, rendered, rendered_key))
 
     def forget(self, episode_id: str) -> None:
         self._last.pop(episode_id, None)

@@ -44,14 +44,18 @@ class HostCheck:
     def __init__(self, app: ASGIApp, allowed: Iterable[str] = ()) -> None:
         self.app = app
         self.allowed = {a.lower().strip("[]").rstrip(".") for a in allowed if a}
+        self._seen: dict[str, bool] = {}  # Host value -> verdict: parsing it costs more than the rest of the check
 
     def ok(self, host: str | None) -> bool:
         if host is None:
             return True
-        name = host_name(host)
-        if not name:
-            return False
-        return name in self.allowed or name.endswith(".localhost") or is_loopback(name)
+        verdict = self._seen.get(host)
+        if verdict is None:
+            name = host_name(host)
+            verdict = bool(name) and (name in self.allowed or name.endswith(".localhost") or is_loopback(name))
+            if len(self._seen) < 1024:  # a client sending ever new Host values gets no memory of them
+                self._seen[host] = verdict
+        return verdict
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket") or self.ok(Headers(scope=scope).get("host")):

@@ -32,7 +32,8 @@ from typing import Any
 
 from swarm.policy.base import PolicyBackend
 
-__all__ = ["PreviousCall", "PromptPlan", "normalize_messages", "assistant_matches", "plan_prompt", "canonical_tools"]
+__all__ = ["PreviousCall", "PromptPlan", "normalize_messages", "assistant_matches", "plan_prompt", "canonical_tools",
+           "render_key"]
 
 _SENTINEL = "SWARMSENTINEL7f3a9c"
 
@@ -48,6 +49,10 @@ class PreviousCall:
     response_ids: list[int]
     response_text: str | None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    # render(messages, tools, gen=True) as this gateway rendered it for that call, and the render_key it was
+    # rendered under: the next call's "head" without rendering the history a third time (None: not known here)
+    rendered: str | None = None
+    rendered_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,8 @@ class PromptPlan:
     parent_step_id: str | None
     reason: str
     template_mismatch: bool = False
+    rendered: str | None = None  # render(messages, tools, gen=True): the next call's head (PreviousCall.rendered)
+    rendered_key: str | None = None
 
 
 def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -77,6 +84,12 @@ def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def canonical_tools(tools: list[dict[str, Any]] | None) -> str:
     return json.dumps(tools or [], sort_keys=True, separators=(",", ":"))
+
+
+def render_key(policy: str, tools: list[dict[str, Any]] | None) -> str:
+    """What a rendering depends on besides the messages: the policy (its template) and the tools *as ordered*
+    (a template may print their keys in the order given, so equal dicts in another order may render otherwise)."""
+    return policy + "\x00" + (json.dumps(tools, separators=(",", ":")) if tools else "")
 
 
 def _args(value: Any) -> Any:
@@ -109,8 +122,9 @@ def assistant_matches(message: dict[str, Any], prev: PreviousCall) -> bool:
 
 def _full(backend: PolicyBackend, policy: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
           consistent: bool | None, reason: str, parent: str | None) -> PromptPlan:
-    ids = backend.encode(policy, backend.render_chat(policy, messages, tools, True))
-    return PromptPlan(ids, consistent, parent, reason)
+    text = backend.render_chat(policy, messages, tools, True)
+    return PromptPlan(backend.encode(policy, text), consistent, parent, reason, rendered=text,
+                      rendered_key=render_key(policy, tools))
 
 
 def _turn_tail(backend: PolicyBackend, policy: str, prev: PreviousCall, tools: list[dict[str, Any]] | None,
@@ -146,7 +160,9 @@ def plan_prompt(backend: PolicyBackend, policy: str, messages: list[dict[str, An
         if not assistant_matches(messages[k], prev):
             reason = f"message {k} is not the assistant reply returned by the previous call"
             continue
-        head = backend.render_chat(policy, prev.messages, tools, True)
+        key = render_key(policy, tools)
+        head = prev.rendered if prev.rendered is not None and prev.rendered_key == key else \
+            backend.render_chat(policy, prev.messages, tools, True)
         with_reply = backend.render_chat(policy, messages[: k + 1], tools, False)
         full = backend.render_chat(policy, messages, tools, True)
         if not (with_reply.startswith(head) and full.startswith(with_reply)):
@@ -156,5 +172,5 @@ def plan_prompt(backend: PolicyBackend, policy: str, messages: list[dict[str, An
             return _full(backend, policy, messages, tools, False, "cannot locate the assistant turn ending", prev.step_id)
         new_ids = backend.encode(policy, tail + full[len(with_reply):])
         ids = list(prev.prompt_ids) + list(prev.response_ids) + new_ids
-        return PromptPlan(ids, True, prev.step_id, f"extends {prev.step_id}", mismatch)
+        return PromptPlan(ids, True, prev.step_id, f"extends {prev.step_id}", mismatch, rendered=full, rendered_key=key)
     return _full(backend, policy, messages, tools, False, reason, candidates[0].step_id)

@@ -33,7 +33,8 @@ class GatewayState(ServiceState):
     def __init__(self, pool: Served, backend: PolicyBackend, settings: GatewaySettings) -> None:
         super().__init__(pool, backend, settings)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-        self.episodes = OpenEpisodes(self.recorder, self.lookup, self.db)
+        # SQLite (one local file, WAL): heads are read right on the event loop (see OpenEpisodes)
+        self.episodes = OpenEpisodes(self.recorder, self.lookup, self.db, inline_heads=bool(pool.single_writer))
         # group commit: concurrent calls' steps, episode opens and episode ends each go to the pool
         # in one transaction per batch
         self.step_writer: Batcher[list[Step], None] = Batcher(self._write_steps)
