@@ -77,18 +77,22 @@ def snapshot(pool: Lookup, flt: StepFilter, active_clients: frozenset[str] = fro
     for group_id, episode_id, reward in rows:
         if reward is not None:
             rewards[group_id or episode_id][episode_id] = reward
-    open_eps = pool.query_episodes(StepFilter(episode_status=EpisodeStatus.open, episode_type=EpisodeType.train),
-                                   limit=_SCAN)
     n_open: dict[str, int] = defaultdict(int)
-    for ep in open_eps:
-        if ep.group_id in rewards:
-            n_open[ep.group_id] += 1
+    if hasattr(pool, "open_groups"):  # one grouped count, not every open episode's record
+        for group_id, n in pool.open_groups(EpisodeType.train.value).items():
+            if group_id in rewards:
+                n_open[group_id] = n
+    else:
+        for ep in pool.query_episodes(StepFilter(episode_status=EpisodeStatus.open, episode_type=EpisodeType.train),
+                                      limit=_SCAN):
+            if ep.group_id in rewards:
+                n_open[ep.group_id] += 1
     groups = tuple(GroupState(g, tuple(r.values()), n_open[g]) for g, r in rewards.items())
     return Snapshot(groups, active_clients, agreed_clients)
 
 
 def wait_for_batch(pool: Lookup, flt: StepFilter, strategy: Strategy | str, *, min_episodes: int, min_groups: int,
-                   group_size: int, timeout_s: float = 600.0, poll_s: float = 0.25, probe_s: float = 0.02,
+                   group_size: int, timeout_s: float = 600.0, poll_s: float = 0.25, probe_s: float = 0.05,
                    clients: Callable[[], tuple[frozenset[str], frozenset[str]]] | None = None,
                    on_poll: Callable[[Decision], None] | None = None,
                    should_stop: Callable[[], bool] = lambda: False) -> Decision:

@@ -85,7 +85,9 @@ def test_the_snapshot_reads_rewards_as_whole_steps_give_them(tmp_path: Path) -> 
     flt = loop.trainable_filter("default", 0, None).model_copy(update={"leased": False})
     steps = [(s.group_id, s.episode_id, s.reward) for s in pool.query_steps(flt, limit=100)]
     assert pool.ready_rewards(flt) == steps and len(steps) == 3
-    assert pool.finished_count() == 3
+    assert pool.finished_count() == 3 and pool.open_groups() == {"h": 1} and pool.open_groups("eval") == {}
+    snap = loop.snapshot(pool, flt)
+    assert {(gs.group_id, len(gs.rewards), gs.n_open) for gs in snap.groups} == {("g", 3, 0)}
 
 
 def test_needed_is_a_lower_bound_on_the_episodes_left() -> None:

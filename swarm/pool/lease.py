@@ -36,6 +36,11 @@ from swarm.records import EpisodeStatus, Step, new_id, now
 
 __all__ = ["Lease", "LeaseMixin"]
 
+# the waiting trainer's probes, built once (they run many times a second)
+_FINISHED = sa.select(sa.func.count()).select_from(E).where(E.c.status == EpisodeStatus.finished.value)
+_OPEN = (sa.select(E.c.group_id, sa.func.count()).where(E.c.status == EpisodeStatus.open.value,
+                                                       E.c.type == sa.bindparam("type")).group_by(E.c.group_id))
+
 
 class Lease(BaseModel):
     """Steps reserved for one consumer until ``expires_at``.
@@ -98,9 +103,13 @@ class LeaseMixin(Database):
     def finished_count(self) -> int:
         """How many episodes have finished (an index range count): a waiting trainer reads the pool again
         when enough more have finished to change its decision (:func:`swarm.loop.wait_for_batch`)."""
-        q = sa.select(sa.func.count()).select_from(E).where(E.c.status == EpisodeStatus.finished.value)
         with self._tx() as c:
-            return int(c.execute(q).scalar_one())
+            return int(c.execute(_FINISHED).scalar_one())
+
+    def open_groups(self, episode_type: str = "train") -> dict[str | None, int]:
+        """Open episodes of ``episode_type`` per group id (one grouped count, no episode records)."""
+        with self._tx() as c:
+            return {g: int(n) for g, n in c.execute(_OPEN, {"type": episode_type})}
 
     def ack(self, lease_id: str, consumed_version: int) -> int:
         """Mark a live lease's steps consumed by ``consumed_version``; returns how many."""
