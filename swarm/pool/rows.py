@@ -126,11 +126,19 @@ def read_steps(c: sa.Connection, where: list[sa.ColumnElement], with_tokens: boo
 
 def _chain_walk(table: sa.Table, payload: str) -> sa.Select:
     """Every row of the chains in ``table`` that end at the keys bound as ``heads``: each row once, however
-    many chains share it (``UNION`` drops the rows already found), one primary-key lookup a row."""
+    many chains share it (``UNION`` drops the rows already found).
+
+    Each step back is a correlated lookup by primary key, not a join: a join lets PostgreSQL's planner hash
+    the whole table (it did, for a few thousand blocks), which would read every block of a mid-sized pool
+    to walk a few. A missing row comes back with a NULL payload (the reader reports it)."""
     start = sa.select(table.c.key, table.c.prev, table.c[payload])
     chain = start.where(table.c.key.in_(sa.bindparam("heads", expanding=True))).cte("chain", recursive=True)
     back = table.alias("back")
-    chain = chain.union(sa.select(back.c.key, back.c.prev, back.c[payload]).where(back.c.key == chain.c.prev))
+
+    def of(col: str) -> sa.ScalarSelect:
+        return sa.select(back.c[col]).where(back.c.key == chain.c.prev).scalar_subquery()
+
+    chain = chain.union(sa.select(chain.c.prev, of("prev"), of(payload)).where(chain.c.prev.is_not(None)))
     return sa.select(chain.c.key, chain.c.prev, chain.c[payload])
 
 
@@ -141,7 +149,7 @@ _WALK_MESSAGES = _chain_walk(M, "message")
 def _walk(c: sa.Connection, q: sa.Select, heads: set[bytes]) -> dict[bytes, tuple[bytes | None, bytes]]:
     found: dict[bytes, tuple[bytes | None, bytes]] = {}
     for chunk in chunks(sorted(heads)):
-        found.update((k, (p, v)) for k, p, v in c.execute(q, {"heads": chunk}))
+        found.update((k, (p, v)) for k, p, v in c.execute(q, {"heads": chunk}) if v is not None)
     return found
 
 
