@@ -36,8 +36,7 @@ from swarm.pool.schema import steps as S
 from swarm.records import Episode, EpisodeStatus, RewardStatus, Source, Step
 
 __all__ = ["digest", "to_episode", "to_step", "read_episode", "open_episode", "read_steps", "load_tokens",
-           "load_messages", "ORDERS",
-           "EPISODE_COLS"]
+           "load_messages", "ORDERS", "EPISODE_COLS"]
 
 _TOKEN_COLS = ("block_keys", "tail", "logprobs")
 EPISODE_COLS = ("episode_id", "task", "group_id", "client_id", "type", "status", "reward", "reward_status",
@@ -178,6 +177,8 @@ def load_messages(c: sa.Connection, rows: list[Mapping[str, Any]]) -> dict[str, 
         except KeyError as e:
             raise SwarmError("step references a missing chat message", step_id=sid) from e
     return out
+
+
 _LISTED = sa.select(B.c.key, B.c.prev, B.c.tokens).where(B.c.key.in_(sa.bindparam("keys", expanding=True)))
 
 
