@@ -18,6 +18,8 @@ from typing import Any
 from swarm.batching import Decision, GroupState, Snapshot, Strategy, decide
 from swarm.errors import ValidationError
 from swarm.pool import Lease, LeaseBook, Lookup, StepFilter
+from swarm.pool.engine import Database
+from swarm.pool.lease import finished_count, open_groups, ready_rewards
 from swarm.records import EpisodeStatus, EpisodeType, RewardStatus, Step
 
 __all__ = ["trainable_filter", "snapshot", "wait_for_batch", "lease_batch", "batch_metrics", "episode_metrics", "eval_summary"]
@@ -70,16 +72,17 @@ def snapshot(pool: Lookup, flt: StepFilter, active_clients: frozenset[str] = fro
     """
     rewards: dict[str, dict[str, float]] = defaultdict(dict)
     ready = flt.model_copy(update={"leased": False})
-    if hasattr(pool, "ready_rewards"):  # three columns, not whole steps: the wait reads this several times a second
-        rows = pool.ready_rewards(ready, limit=_SCAN)
+    light = isinstance(pool, Database)
+    if light:  # three columns, not whole steps: the wait reads this several times a second
+        rows = ready_rewards(pool, ready, limit=_SCAN)
     else:
         rows = [(s.group_id, s.episode_id, s.reward) for s in pool.query_steps(ready, limit=_SCAN)]
     for group_id, episode_id, reward in rows:
         if reward is not None:
             rewards[group_id or episode_id][episode_id] = reward
     n_open: dict[str, int] = defaultdict(int)
-    if hasattr(pool, "open_groups"):  # one grouped count, not every open episode's record
-        for group_id, n in pool.open_groups(EpisodeType.train.value).items():
+    if light:  # one grouped count, not every open episode's record
+        for group_id, n in open_groups(pool, EpisodeType.train.value).items():
             if group_id in rewards:
                 n_open[group_id] = n
     else:
@@ -104,7 +107,7 @@ def wait_for_batch(pool: Lookup, flt: StepFilter, strategy: Strategy | str, *, m
     (:func:`_needed`): a batch is seen a few ms after its last episode ends, not up to ``poll_s`` later."""
     deadline = time.monotonic() + timeout_s
     agreeing = Strategy(strategy) in (Strategy.any_agree, Strategy.all_agree)  # only C4 / C5 read clients
-    probe = getattr(pool, "finished_count", None)
+    probe = (lambda: finished_count(pool)) if isinstance(pool, Database) else None
     while True:
         seen = probe() if probe is not None else 0  # read before the snapshot: nothing ending after it is missed
         active, agreed = clients() if clients and agreeing else (frozenset(), frozenset())

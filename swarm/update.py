@@ -34,6 +34,8 @@ from typing import Any
 from swarm import loop
 from swarm.merge import TrainSeq
 from swarm.pool import Lease, StepFilter
+from swarm.pool.engine import Database
+from swarm.pool.feedback import has_feedback
 from swarm.records import Step
 from swarm.train import Ledger, Trainer, distributed, items_from_steps, quarantine
 from swarm.train.faults import crash_point
@@ -176,7 +178,10 @@ def run_update(ledger: Ledger, s: UpdateSettings, stop: threading.Event, stages:
     strategy to fire), ``renew``, ``lease``, ``quarantine``, ``feedback_read`` (ratings and corrections),
     ``items`` (advantages), ``train`` (the update stage; the trainer's own ``update_s`` inside it),
     ``publish_stage``, ``journal``, ``checkpoint`` (+ settle), ``served_version``, ``feedback_write``;
-    ``update_wall_s`` is all of it and ``overhead_s`` = ``update_wall_s - wait_s - update_s``."""
+    ``update_wall_s`` is all of it and ``overhead_s`` = ``update_wall_s - wait_s - update_s``.
+    ``collect/steps_during_update``: steps of this policy the clients recorded after the lease while the
+    trainer was busy (train, publish, checkpoint), the overlap of generation and training (``collect_count``
+    is what counting them costs)."""
     clock = Clock()
     t0 = time.perf_counter()
     with clock("fill"):
@@ -261,8 +266,7 @@ def _uses_feedback(s: UpdateSettings) -> bool:
 
 def _any_feedback(ledger: Ledger) -> bool:
     """Whether the pool holds any feedback at all (a pool without the cheap check: assume it does)."""
-    has = getattr(ledger.pool, "has_feedback", None)
-    return True if has is None else bool(has())
+    return has_feedback(ledger.pool) if isinstance(ledger.pool, Database) else True
 
 
 def _filling(ledger: Ledger, s: UpdateSettings, on_poll: Callable[[Any], None] | None,

@@ -8,6 +8,7 @@ from pathlib import Path
 from swarm import loop
 from swarm.batching import Decision, GroupState, Snapshot, Strategy, decide
 from swarm.pool import Pool
+from swarm.pool.lease import finished_count, open_groups, ready_rewards
 from swarm.records import Episode, Step
 
 
@@ -79,13 +80,13 @@ def _episode(pool: Pool, gid: str, reward: float | None, end: bool = True) -> No
 
 def test_the_snapshot_reads_rewards_as_whole_steps_give_them(tmp_path: Path) -> None:
     pool = Pool(f"sqlite:///{tmp_path / 'pool.db'}")
-    for i, r in enumerate((0.0, 1.0, 0.5)):
+    for r in (0.0, 1.0, 0.5):
         _episode(pool, "g", r)
     _episode(pool, "h", None, end=False)
     flt = loop.trainable_filter("default", 0, None).model_copy(update={"leased": False})
     steps = [(s.group_id, s.episode_id, s.reward) for s in pool.query_steps(flt, limit=100)]
-    assert pool.ready_rewards(flt) == steps and len(steps) == 3
-    assert pool.finished_count() == 3 and pool.open_groups() == {"h": 1} and pool.open_groups("eval") == {}
+    assert ready_rewards(pool, flt) == steps and len(steps) == 3
+    assert finished_count(pool) == 3 and open_groups(pool) == {"h": 1} and open_groups(pool, "eval") == {}
     snap = loop.snapshot(pool, flt)
     assert {(gs.group_id, len(gs.rewards), gs.n_open) for gs in snap.groups} == {("g", 3, 0)}
 

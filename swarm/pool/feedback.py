@@ -5,13 +5,13 @@ adds a correction's exact token ids (``payload["correction_tokens"]``: the corre
 the ids) when it serves the step's policy; a correction of an episode corrects its last step. This mixin reads them in batches for one update (never one query per
 step) and records which update trained which correction (table ``feedback_uses``):
 
-- :meth:`FeedbackMixin.has_feedback`: whether there is any (a trainer reads nothing more while there is none).
 - :meth:`FeedbackMixin.feedback_ratings`: the ratings on given steps and on their episodes.
 - :meth:`FeedbackMixin.unrewarded_ratings`: ratings on a policy's finished, unconsumed train steps
   (or their episodes) that have no final reward: what the ``fill`` rule turns into rewards.
 - :meth:`FeedbackMixin.pending_corrections`: a policy's corrections trained fewer than ``max_uses``
   times, oldest first, with the corrected step's exact prompt ids.
 - :meth:`FeedbackMixin.record_feedback_uses` / :meth:`FeedbackMixin.feedback_uses`: the uses.
+- :func:`has_feedback`: whether there is any (a trainer reads nothing more of an update while there is none).
 
 A mixin of :class:`swarm.pool.store.Pool`; same transactions and errors. It does not map ratings to
 rewards or build training items (``swarm.train.feedback`` does) and does not tokenize.
@@ -37,7 +37,7 @@ from swarm.pool.schema import feedback_uses as FU
 from swarm.pool.schema import steps as S
 from swarm.records import EpisodeStatus, EpisodeType, RewardStatus, Source, now
 
-__all__ = ["FeedbackMixin", "Rating", "Correction", "CORRECTION_KEY"]
+__all__ = ["FeedbackMixin", "Rating", "Correction", "CORRECTION_KEY", "has_feedback"]
 
 CORRECTION_KEY = "correction_tokens"  # the gateway's key in a feedback event's payload (clients may not send it)
 _FEEDBACK = EV.c.kind == "feedback"
@@ -79,12 +79,6 @@ def _rating(rec: dict[str, Any], episode_id: str | None = None) -> Rating | None
 
 class FeedbackMixin(Database):
     """Feedback reads and uses for :class:`swarm.pool.store.Pool` (see the module docstring)."""
-
-    def has_feedback(self) -> bool:
-        """Whether any feedback (rating or correction) was ever posted: one index lookup, so a trainer skips
-        every other feedback read of an update while there is none."""
-        with self._tx() as c:
-            return c.execute(sa.select(EV.c.event_id).where(_FEEDBACK).limit(1)).first() is not None
 
     def feedback_ratings(self, step_ids: list[str]) -> list[Rating]:
         """Ratings on these steps and on their episodes, oldest first."""
@@ -187,3 +181,13 @@ class FeedbackMixin(Database):
                 for e, v in c.execute(q):
                     out[e].append(int(v))
         return dict(out)
+
+
+def has_feedback(pool: Database) -> bool:
+    """Whether any feedback (rating or correction) was ever posted to ``pool``: one index lookup, so a trainer
+    skips every other feedback read of an update while there is none (:func:`swarm.update.run_update`)."""
+    with pool._tx() as c:
+        return c.execute(_ANY).first() is not None
+
+
+_ANY = sa.select(EV.c.event_id).where(_FEEDBACK).limit(1)

@@ -34,7 +34,7 @@ from swarm.pool.schema import leases as LS
 from swarm.pool.schema import steps as S
 from swarm.records import EpisodeStatus, Step, new_id, now
 
-__all__ = ["Lease", "LeaseMixin"]
+__all__ = ["Lease", "LeaseMixin", "ready_rewards", "finished_count", "open_groups"]
 
 # the waiting trainer's probes, built once (they run many times a second)
 _FINISHED = sa.select(sa.func.count()).select_from(E).where(E.c.status == EpisodeStatus.finished.value)
@@ -89,27 +89,6 @@ class LeaseMixin(Database):
         rank = {k: i for i, k in enumerate(chosen)}
         steps.sort(key=lambda s: (rank[s.group_id or s.step_id], s.created_at, s.step_id))
         return Lease(lease_id=lease_id, steps=steps, expires_at=expires, group_ids=chosen)
-
-    def ready_rewards(self, filter: StepFilter, limit: int = 100_000) -> list[tuple[str | None, str, float | None]]:
-        """``(group_id, episode_id, reward)`` of the steps matching ``filter``, oldest first, at most ``limit``:
-        what a waiting trainer's snapshot reads (:func:`swarm.loop.snapshot`), three columns instead of whole
-        steps (the reward: the step's own, else its episode's, as :meth:`query_steps` gives it)."""
-        f = coerce(StepFilter, filter, "filter")
-        q = (sa.select(S.c.group_id, S.c.episode_id, sa.func.coalesce(S.c.reward, E.c.reward)).select_from(JOIN)
-             .where(*step_conditions(f, self.sql)).order_by(S.c.created_at, S.c.step_id).limit(limit))
-        with self._tx() as c:
-            return [(g, e, r) for g, e, r in c.execute(q)]
-
-    def finished_count(self) -> int:
-        """How many episodes have finished (an index range count): a waiting trainer reads the pool again
-        when enough more have finished to change its decision (:func:`swarm.loop.wait_for_batch`)."""
-        with self._tx() as c:
-            return int(c.execute(_FINISHED).scalar_one())
-
-    def open_groups(self, episode_type: str = "train") -> dict[str | None, int]:
-        """Open episodes of ``episode_type`` per group id (one grouped count, no episode records)."""
-        with self._tx() as c:
-            return {g: int(n) for g, n in c.execute(_OPEN, {"type": episode_type})}
 
     def ack(self, lease_id: str, consumed_version: int) -> int:
         """Mark a live lease's steps consumed by ``consumed_version``; returns how many."""
@@ -277,3 +256,30 @@ def _members(c: sa.Connection, where: list[sa.ColumnElement], keys: list[str]) -
         for sid, gid in c.execute(q):
             out.setdefault(gid or sid, []).append(sid)
     return out
+
+
+# -- what a waiting trainer reads (swarm.loop.wait_for_batch), several times a second: light on purpose.
+# Functions of an open pool rather than Pool methods: they serve one caller, not a role of the pool.
+
+def ready_rewards(pool: Database, filter: StepFilter, limit: int = 100_000) -> list[tuple[str | None, str, float | None]]:
+    """``(group_id, episode_id, reward)`` of the steps matching ``filter``, oldest first, at most ``limit``:
+    what a waiting trainer's snapshot reads (:func:`swarm.loop.snapshot`), three columns instead of whole
+    steps (the reward: the step's own, else its episode's, as ``query_steps`` gives it)."""
+    f = coerce(StepFilter, filter, "filter")
+    q = (sa.select(S.c.group_id, S.c.episode_id, sa.func.coalesce(S.c.reward, E.c.reward)).select_from(JOIN)
+         .where(*step_conditions(f, pool.sql)).order_by(S.c.created_at, S.c.step_id).limit(limit))
+    with pool._tx() as c:
+        return [(g, e, r) for g, e, r in c.execute(q)]
+
+
+def finished_count(pool: Database) -> int:
+    """How many episodes have finished (an index range count): a waiting trainer reads the pool again
+    when enough more have finished to change its decision."""
+    with pool._tx() as c:
+        return int(c.execute(_FINISHED).scalar_one())
+
+
+def open_groups(pool: Database, episode_type: str = "train") -> dict[str | None, int]:
+    """Open episodes of ``episode_type`` per group id (one grouped count, no episode records)."""
+    with pool._tx() as c:
+        return {g: int(n) for g, n in c.execute(_OPEN, {"type": episode_type})}

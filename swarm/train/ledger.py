@@ -2,7 +2,8 @@
 crashes and however late the restart, and none is lost (docs/reliability.md):
 
 - After each update its lease's trained step ids join ``pending``, not settled yet; while held,
-  they are renewed right before this trainer leases again, so its own lease never takes them back.
+  they are renewed right before this trainer leases again (those with under half their TTL left: a
+  lease far from its expiry needs no write), so its own lease never takes them back.
 - Every ``every`` updates (and on a clean stop) :meth:`Ledger.commit` writes a checkpoint whose
   ``extra["pending"]`` lists ``(lease_id, step_ids, version)``, and only then settles them.
 - :meth:`Ledger.resume` settles the checkpoint's pending steps (a crash before the settle), even
@@ -23,6 +24,8 @@ from typing import Any, Protocol
 
 from swarm.errors import LeaseError
 from swarm.pool import LeaseBook, Versions
+from swarm.pool.engine import Database
+from swarm.pool.settle import settle_many
 from swarm.train import journal
 from swarm.train.faults import crash_point
 from swarm.train.publish import adapter_state, save_adapter
@@ -107,8 +110,12 @@ class Ledger:
             if not adapter.exists():
                 save_adapter(tr.model, adapter, policy=tr.policy, version=tr.version)
         crash_point("after_checkpoint")
-        for lease_id, ids, version in self.pending:
-            self.pool.settle(lease_id, ids, version)
+        if isinstance(self.pool, Database):  # one transaction for the checkpoint's leases
+            if self.pending:
+                settle_many(self.pool, self.pending)
+        else:
+            for lease_id, ids, version in self.pending:
+                self.pool.settle(lease_id, ids, version)
         crash_point("after_settle")
         self.pending = []
         self._expires.clear()

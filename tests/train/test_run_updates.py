@@ -83,3 +83,26 @@ def test_renew_writes_only_leases_past_half_their_ttl(tmp_path: Path) -> None:
     assert led.renew(now=lease.expires_at - 40) == 1  # 40 s left: pushed to a full TTL again
     _group(led.pool, "g1")  # the pending steps stay reserved: a new lease takes only g1
     assert {s.group_id for s in led.pool.lease(StepFilter.trainable(policy="default"), max_groups=5).steps} == {"g1"}
+
+
+def test_settle_many_settles_a_checkpoints_leases_at_once_or_none(tmp_path: Path) -> None:
+    import time
+
+    import pytest
+
+    from swarm.errors import LeaseError
+    from swarm.pool.settle import settle_many
+
+    pool = _ledger(tmp_path).pool
+    _group(pool, "g0")
+    _group(pool, "g1")
+    a = pool.lease(StepFilter.trainable(policy="default"), max_groups=1, ttl_s=0.3)
+    b = pool.lease(StepFilter.trainable(policy="default"), max_groups=1)
+    time.sleep(0.4)  # a expired
+    todo = [(a.lease_id, [s.step_id for s in a.steps], 1), (b.lease_id, [b.steps[0].step_id], 2)]
+    with pytest.raises(LeaseError):
+        settle_many(pool, [*todo, ("lease-unknown", [], 3)])
+    assert pool.count_steps(StepFilter(consumed=True)) == 0  # one transaction: nothing settled
+    assert settle_many(pool, todo) == 3  # the expired lease's steps too
+    assert settle_many(pool, todo) == 0  # settling twice is a no-op
+    assert pool.count_steps(StepFilter(consumed=False, leased=False)) == 1  # b's untrained step went back
