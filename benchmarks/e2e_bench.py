@@ -127,6 +127,8 @@ from experiments.echo import VERBS, WORDS, echo_reward
 from swarm.policy.hf import HFSettings
 
 cfg = json.loads(sys.argv[1])
+if cfg.get("threads"):
+    torch.set_num_threads(cfg["threads"])
 torch.manual_seed(0)
 path = HFSettings(name="tiny", backend="hf", warmup="word_chain").weights()
 tok = AutoTokenizer.from_pretrained(path)
@@ -172,9 +174,9 @@ def run_trl_script(script: str, cfg: dict[str, Any], tmp: Path) -> dict[str, Any
     return {"rewards": res["rewards"], **_span(mon, res["times"])}
 
 
-def run_trl(updates: int, tmp: Path) -> dict[str, Any]:
+def run_trl(updates: int, tmp: Path, threads: int | None = None) -> dict[str, Any]:
     cfg = {"updates": updates, "prompts": PROMPTS, "group": GROUP, "max_tokens": MAX_TOKENS, "lr": LR,
-           "rank": RANK, "alpha": ALPHA, "targets": TARGETS, "out": str(tmp / "trl")}
+           "rank": RANK, "alpha": ALPHA, "targets": TARGETS, "out": str(tmp / "trl"), "threads": threads}
     return run_trl_script(TRL_SCRIPT, cfg, tmp)
 
 
@@ -186,6 +188,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--updates", type=int, default=30)
     ap.add_argument("--only", choices=["swarm", "trl"], default=None)
+    ap.add_argument("--trl-threads", type=int, default=None,
+                    help="torch threads of the TRL side (default: torch's, all cores; the flow's tiny model uses 1, "
+                         "model.torch_threads): on a loaded machine torch's spinning threads slow TRL down")
     ap.add_argument("overrides", nargs="*", help="extra flows.train overrides, e.g. train.checkpoint_every=10")
     args = ap.parse_args()
     res: dict[str, dict[str, Any]] = {}
@@ -194,9 +199,10 @@ def main() -> None:
         if args.only in (None, "swarm"):
             res["swarmpool"] = run_swarm(args.updates, tmp, args.overrides)
         if args.only in (None, "trl"):
-            res["trl"] = run_trl(args.updates, tmp)
+            res["trl"] = run_trl(args.updates, tmp, args.trl_threads)
     print(f"machine: {os.cpu_count()} CPUs (load avg {os.getloadavg()[0]:.1f}); {args.updates} updates of "
-          f"{PROMPTS} prompts x {GROUP} samples, LoRA r{RANK}, lr {LR}, T=1, {MAX_TOKENS} tokens")
+          f"{PROMPTS} prompts x {GROUP} samples, LoRA r{RANK}, lr {LR}, T=1, {MAX_TOKENS} tokens; "
+          f"TRL torch threads {args.trl_threads or 'default'}")
     for name, r in res.items():
         print(f"  {name:9s}: {r['wall']:.3f} s/update wall, {r['cpu']:.3f} CPU-s/update, "
               f"{r['disk_mb']:.2f} MB written/update, reward first-5 {_mean(r['rewards'][:5]):.3f} "
