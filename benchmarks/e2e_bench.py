@@ -12,8 +12,9 @@ update, measured between the first and the last update (start-up excluded), mean
 first 5 and the last 10 updates, and bytes written to disk per update (the tree's write_bytes
 over the same span: checkpoints, adapters, MLflow, pool).
 
-Run: ``.venv/bin/python benchmarks/e2e_bench.py [--updates 30]`` (needs the ``bench``
-extra: ``pip install -e '.[bench]'`` for trl). The last line is
+Run: ``.venv/bin/python benchmarks/e2e_bench.py [--updates 30] [--trl-threads 1]`` (needs the ``bench``
+extra: ``pip install -e '.[bench]'`` for trl; ``--trl-threads 1`` matches the flow's one torch thread and keeps
+TRL from slowing down several-fold on a loaded machine). The last line is
 ``e2e: swarmpool <a> s/update, trl <b> s/update (ratio <a/b>), reward <r1> vs <r2>, disk <d> MB/update``.
 Numbers depend on the machine and on what else runs on it.
 """
