@@ -3,17 +3,23 @@
 1. Added latency at one client: p50 / p99 of one chat call through the real gateway (``python -m
    flows.serve`` on loopback, the step stored before the answer) versus the same EchoBackend
    served over HTTP *directly* (a bare uvicorn + FastAPI route that records nothing, same client).
-2. Recorded steps/s at 1, 8, 32 and 128 concurrent clients, each running 4-turn episodes (begin,
+2. Recorded steps/s at 1, 8, 32 and 128 concurrent clients, each running 4-turn episodes (``--turns``: begin,
    four chat calls extending the history, end), so the prefix-consistent path and the episode
    routes are exercised; and the gateway's CPU milliseconds per recorded step (user + system
    time of the server process tree over the run, episode begin/end included). The load comes
    from ``--client-procs`` separate processes (aiohttp), not from the server's process.
 3. Every acknowledged step is verified in the pool afterwards: the same step ids, episode
-   indices 0..3, and turns 2-4 prefix consistent.
+   indices 0..n-1, and every turn after the first prefix consistent.
 
 Run: ``.venv/bin/python benchmarks/gateway_bench.py``;
 ``--pools sqlite postgres`` (PostgreSQL from ``SWARM_TEST_POSTGRES_URL``, a fresh database is
 created and dropped), ``--clients 1 8 32 128``, ``--duration 6``. Prints a table and ratios.
+``--turns 10 --system-chars 2000``: longer episodes with an agent's long instructions (issue 46's workload).
+``--profile PATH``: py-spy samples the server at the largest level (raw stacks to PATH) and a table of its CPU
+per recorded step by area is printed (routing, auth, body parsing, hostile-input checks, template, prefix check,
+pool, serialization, HTTP, thread hops, event loop; docs/gateway.md "What a request costs").
+``--against REF [--this REF2] --rounds N``: the gateway as committed at REF (and REF2, else this working tree),
+SQLite, alternated N times so the machine's load falls on both; the last line is the ratio.
 Numbers depend on the machine and on what else runs on it: the load generator shares the
 cores with the server, so on a 2-core machine steps/s is bounded by both together; the CPU
 milliseconds per step are the server's own cost.
@@ -356,7 +362,7 @@ def main() -> None:
     ap.add_argument("--system-chars", type=int, default=0,
                     help="a system prompt this long (0: one short sentence); e.g. 2000 for an agent's instructions")
     ap.add_argument("--profile", metavar="PATH", help="py-spy the server at the largest clients level: raw stacks to "
-                    "PATH (and PATH.against with --against) and a CPU table by area (swarm.gateway profile areas)")
+                    "PATH (and PATH.against with --against) and a CPU table by area (AREAS below)")
     ap.add_argument("--against", metavar="REF", help="also run the gateway as committed at this git ref (sqlite), "
                     "alternating with this tree's, and print this tree's steps/s over REF's")
     ap.add_argument("--this", metavar="REF", help="with --against: this side is the tree as committed at REF, not the "
