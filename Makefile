@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: setup run serve test lint bench verifiers-venv vllm-venv litellm-venv
+.PHONY: setup run serve test lint bench verifiers-venv vllm-venv litellm-venv overhead-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PY_SYS) -m venv $(VENV)
@@ -92,6 +92,12 @@ serve: setup
 
 test: setup $(VF_STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(MAKE) overhead-check
+
+# the loop's overhead against bare references measured in the same run (gateway: a bare FastAPI echo app; update:
+# a bare Trainer.update on the same items); exits 1 naming the phase when a ratio passes its limit (docs/guide.md)
+overhead-check: setup
+	$(PY) benchmarks/overhead_check.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

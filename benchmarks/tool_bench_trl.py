@@ -34,7 +34,10 @@ prompt comes from the function's type hints and docstring (TRL takes callables):
 where our agent answers it with an error and goes on. (4) TRL's last allowed turn's calls are not run (ours are,
 and their results are dropped); both count them in the reward's ``tool_calls`` / ``tool_ok``. (5) TRL runs
 ``calculator(**arguments)``, so an argument besides ``expression`` makes the call an error (our agent passes the dict
-to ``run_calculator``, which ignores extra keys); :func:`score_completion` judges calls as TRL ran them.
+to ``run_calculator``, which ignores extra keys); :func:`score_completion` judges calls as TRL ran them. (6) TRL
+takes the logits of the whole batch at once: at 32 sequences a step its process passed 20 GB and was OOM-killed on
+a 24 GB machine, so it trains in micro-batches of :data:`MICRO_BATCH` accumulated into one optimizer step (same
+generation batch and update count; ours chunks the LM head at the trained positions instead).
 
 Not here: the held-out evaluation and the swarmpool side (``benchmarks/tool_bench.py``), or anything but CPU.
 
@@ -65,6 +68,10 @@ from experiments.math.reward import math_reward  # noqa: E402
 
 __all__ = ["FIRST_CALL_PREFILL", "TOOL_RESULT_TOKENS", "prefill_template", "TRL_TOOLS_SCRIPT", "calculator", "score_completion", "run_trl_tools"]
 
+# TRL computes the whole batch's logits at once (32 x ~730 tokens x a 49k vocabulary in float32): at 32 sequences a
+# step its process grew past 20 GB and was OOM-killed on a 24 GB machine, so it trains 8 at a time and accumulates
+# the 4 micro-batches into one optimizer step (one generation batch of 32, as on our side)
+MICRO_BATCH = 8
 TOOL_RESULT_TOKENS = 64  # room per tool turn in TRL's whole-completion cap (a result turn renders ~20 tokens)
 FIRST_CALL_PREFILL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "'
 SETUP = ("template: swarmpool smollm2 (hermes <tool_call> JSON, same text as TRL's qwen2_5_chat_template here); "
@@ -152,7 +159,9 @@ class Times(TrainerCallback):
     def on_step_end(self, args, state, control, **kw): self.times.append(time.time())
 
 total = cfg["max_turns"] * cfg["max_tokens"] + (cfg["max_turns"] - 1) * cfg["tool_tokens"]
-args = GRPOConfig(output_dir=cfg["out"], per_device_train_batch_size=cfg["prompts"] * cfg["group"],
+micro = cfg["micro_batch"] or cfg["prompts"] * cfg["group"]  # one generation batch, one optimizer step either way
+args = GRPOConfig(output_dir=cfg["out"], per_device_train_batch_size=micro,
+                  gradient_accumulation_steps=cfg["prompts"] * cfg["group"] // micro,
                   num_generations=cfg["group"], max_completion_length=total,
                   generation_kwargs={"max_new_tokens": cfg["max_tokens"]}, max_tool_calling_iterations=cfg["max_turns"] - 1,
                   temperature=cfg["temperature"], top_p=1.0, top_k=0, learning_rate=cfg["lr"],
@@ -186,16 +195,21 @@ print("TRL_RESULT " + json.dumps({"rewards": [h["reward"] for h in logs if "rewa
 def run_trl_tools(model: str, updates: int, lr: float, tmp: Path, *, prompts: int = 4, group: int = 8,
                   max_tokens: int = 48, max_turns: int = 4, rank: int = 16, alpha: int = 32,
                   targets: list[str] | None = None, temperature: float = 1.0,
-                  prefill_first_call: bool = False) -> dict[str, Any]:
+                  prefill_first_call: bool = False, micro_batch: int | None = MICRO_BATCH) -> dict[str, Any]:
     """TRL's GRPOTrainer with its tool loop on ``calc`` problems: per-step mean rewards, s and CPU-s per update
     (over the span of step ends; one update: its own step), the saved adapter, the tool-call rate, the setup line.
 
-    ``prefill_first_call``: every first turn opens with :data:`FIRST_CALL_PREFILL` (the module docstring says why)."""
+    ``prefill_first_call``: every first turn opens with :data:`FIRST_CALL_PREFILL` (the module docstring says why).
+    ``micro_batch``: sequences per forward/backward (gradient accumulation up to ``prompts * group``; None: all)."""
+    micro_batch = min(micro_batch or prompts * group, prompts * group)
+    if (prompts * group) % micro_batch:
+        raise ValueError(f"micro_batch {micro_batch} must divide prompts x group = {prompts * group}")
     out = tmp / "trl_tools"
     out.mkdir(parents=True, exist_ok=True)
     cfg = {"model": model, "updates": updates, "lr": lr, "prompts": prompts, "group": group, "max_tokens": max_tokens,
            "max_turns": max_turns, "rank": rank, "alpha": alpha, "targets": targets or TARGETS,
            "temperature": temperature, "tool_tokens": TOOL_RESULT_TOKENS, "out": str(out), "prefill": prefill_first_call,
+           "micro_batch": micro_batch,
            "bench_dir": str(Path(__file__).resolve().parent)}
     res = run_trl_script(TRL_TOOLS_SCRIPT, cfg, tmp)
     extra = json.loads((out / "tools.json").read_text())
