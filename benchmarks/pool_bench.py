@@ -1,6 +1,6 @@
 """Pool benchmark (not a test): ingest rate, bytes on disk per step against naive int32 arrays, lease latency.
 
-    python benchmarks/pool_bench.py [--parts ingest,bytes,lease] [--backends sqlite,postgres]
+    python benchmarks/pool_bench.py [--parts ingest,bytes,lease,pages] [--backends sqlite,postgres]
                                     [--lease-steps 100000] [--episodes 20] [--block-size 64] [--breakdown]
 
 For SQLite (a fresh file under a temp dir) and PostgreSQL (a fresh database on
@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -303,6 +304,35 @@ def run_bytes(new_url: Callable[[], str], args: argparse.Namespace) -> None:
             print_breakdown(r)
 
 
+def page_writes(d: str, rounds: int = 3) -> dict[int, dict[str, float]]:
+    """SQLite only: 30-step agent episodes written one step per transaction (as the gateway records a call) into
+    files of 4 KB and 16 KB pages, interleaved; per step: wall and CPU ms, KiB written (WAL pages) and file bytes."""
+    from swarm.pool.engines.sqlite import SQLite
+
+    proc = psutil.Process()
+    res = {p: {"wall": 0.0, "cpu": 0.0, "written": 0.0, "n": 0} for p in (4096, 16384)}
+    pools = {p: Pool(f"sqlite:///{d}/pages{p}.db", sql=SQLite(page_size=p)) for p in res}
+    for rnd in range(rounds):
+        for page, pool in pools.items():
+            rng, r = random.Random(rnd), res[page]
+            w0, t0, c0 = proc.io_counters().write_bytes, time.perf_counter(), time.process_time()
+            for _ in range(2):
+                ep = pool.add_episode(Episode(task="bench"))
+                for st in agent_episode(rng, ep.episode_id, 30, True, False):
+                    pool.add_steps([st])
+                    r["n"] += 1
+            r["wall"] += time.perf_counter() - t0
+            r["cpu"] += time.process_time() - c0
+            r["written"] += proc.io_counters().write_bytes - w0
+    for page, pool in pools.items():
+        pool.close()
+        n = res[page].pop("n")
+        res[page] = {"wall_ms": 1000 * res[page]["wall"] / n, "cpu_ms": 1000 * res[page]["cpu"] / n,
+                     "written_kib": res[page]["written"] / n / 1024,
+                     "file_b": os.path.getsize(f"{d}/pages{page}.db") / n}
+    return res
+
+
 def run_backend(backend: str, args: argparse.Namespace) -> None:
     print(f"\n== {backend} ==", flush=True)
     parts = args.parts.split(",")
@@ -314,6 +344,11 @@ def run_backend(backend: str, args: argparse.Namespace) -> None:
                       flush=True)
         if "bytes" in parts:
             run_bytes(new_url, args)
+        if "pages" in parts and backend == "sqlite":
+            with tempfile.TemporaryDirectory() as d:
+                for page, r in page_writes(d).items():
+                    print(f"pages of {page // 1024:>2} KB, one step a transaction: {r['wall_ms']:.2f} ms/step, "
+                          f"{r['cpu_ms']:.2f} CPU-ms/step, {r['written_kib']:.1f} KiB written/step", flush=True)
         if "lease" not in parts:
             return
         pool = Pool(new_url())
@@ -331,7 +366,7 @@ def run_backend(backend: str, args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--parts", default="ingest,bytes,lease", help="which measurements: ingest, bytes, lease")
+    ap.add_argument("--parts", default="ingest,bytes,lease", help="which measurements: ingest, bytes, lease, pages (SQLite page size's write cost)")
     ap.add_argument("--backends", default="sqlite,postgres")
     ap.add_argument("--lease-steps", type=int, default=100_000)
     ap.add_argument("--episodes", type=int, default=20, help="30-step episodes of the bytes measurement")
