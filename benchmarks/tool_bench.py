@@ -31,9 +31,10 @@ tool calls <t>/episode, <u> turns, merge ratio <m>, swarmpool <s> s/update <c> C
 
     .venv/bin/python benchmarks/tool_bench.py [--updates 10] [--backends hf,trl] [--eval-problems 48]
 
-Measured (``--updates 8 --eval-problems 32 --samples 2 --backends hf``, 2-core x86_64, AVX2, load 2-5 with other
-jobs): held-out 9.4% -> 89.1% (CI of the gain 66.6..92.8), tool calls 0.95 an episode (95% well-formed), 1.95 turns,
-merge ratio 10.88, 138 s/update, 164 CPU-s/update, reward 0.22 -> 0.93; 31 min in all.
+Measured (``--updates 8 --eval-problems 32 --samples 2 --backends hf``, 2-core x86_64, AVX2, load 2-9 with other
+jobs): held-out 7.8% -> 95.3% (CI of the gain 79.9..95.1), tool calls 1.00 an episode (100% well-formed), 2.00 turns,
+merge ratio 8.23, 310.8 s/update, 140.7 CPU-s/update, reward 0.26 -> 0.80; 58 min in all (docs/numbers.md has TRL's
+side and the earlier run).
 """
 
 from __future__ import annotations

@@ -69,9 +69,9 @@ from experiments.math.reward import math_reward  # noqa: E402
 __all__ = ["FIRST_CALL_PREFILL", "TOOL_RESULT_TOKENS", "prefill_template", "TRL_TOOLS_SCRIPT", "calculator", "score_completion", "run_trl_tools"]
 
 # TRL computes the whole batch's logits at once (32 x ~730 tokens x a 49k vocabulary in float32): at 32 sequences a
-# step its process grew past 20 GB and was OOM-killed on a 24 GB machine, so it trains 8 at a time and accumulates
-# the 4 micro-batches into one optimizer step (one generation batch of 32, as on our side)
-MICRO_BATCH = 8
+# step its process grew past 20 GB and was OOM-killed on a 24 GB machine (at 8 a step it held ~10 GB), so it trains 4
+# at a time and accumulates the 8 micro-batches into one optimizer step (one generation batch of 32, as on our side)
+MICRO_BATCH = 4
 TOOL_RESULT_TOKENS = 64  # room per tool turn in TRL's whole-completion cap (a result turn renders ~20 tokens)
 FIRST_CALL_PREFILL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "'
 SETUP = ("template: swarmpool smollm2 (hermes <tool_call> JSON, same text as TRL's qwen2_5_chat_template here); "
