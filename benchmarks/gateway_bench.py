@@ -68,7 +68,7 @@ def messages(system_chars: int) -> list[dict[str, str]]:
 
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
 # ---------------------------------------------------------------- the null backend, served directly
@@ -272,30 +272,11 @@ def area_table(raw: str, cpu_ms_per_step: float) -> str:
 
 # ---------------------------------------------------------------- main
 def spawn_gateway(repo: Path, pool_url: str) -> Any:
-    """``python -m flows.serve model=echo`` of the tree at ``repo`` (this one, or ``--against``'s export) on loopback."""
-    import httpx
+    """``python -m flows.serve model=echo`` of the tree at ``repo`` (this one, or ``--against``'s export) on loopback;
+    a loaded 2-core machine can take a minute to start it."""
+    from flows.serve import spawn
 
-    from flows.serve import GatewayProcess
-
-    log = Path(tempfile.mkstemp(prefix="gwbench-serve-", suffix=".log")[1])
-    env = {k: v for k, v in os.environ.items() if k != "SWARM_POOL_URL"} | {"PYTHONPATH": str(repo)}
-    with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "flows.serve", "gateway.host=127.0.0.1", "gateway.port=0",
-                                 "model=echo", f"pool.url={pool_url}"], cwd=repo, env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
-    deadline, url = time.monotonic() + 240, None  # a loaded 2-core machine can take a minute
-    while time.monotonic() < deadline and proc.poll() is None:
-        m = re.search(r"http://127\.0\.0\.1:\d+", log.read_text()) if url is None else None
-        url = m.group(0) if m else url
-        if url is not None:
-            try:
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    return GatewayProcess(proc, url, log)
-            except httpx.HTTPError:
-                pass
-        time.sleep(0.05)
-    GatewayProcess(proc, url or "", log).stop()
-    raise RuntimeError(f"flows.serve in {repo} did not start:\n{log.read_text()[-4000:]}")
+    return spawn("model=echo", f"pool.url={pool_url}", env={"SWARM_POOL_URL": None}, timeout_s=240, repo=repo)
 
 
 def bench_pool(name: str, pool_url: str, args: argparse.Namespace, repo: Path = REPO,

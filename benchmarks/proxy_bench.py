@@ -37,7 +37,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from gateway_bench import cpu_s, pct  # noqa: E402
+
 LITELLM_VENV = REPO / ".venv-litellm"
 MESSAGES = [{"role": "system", "content": "You are a helpful agent."},
             {"role": "user", "content": "Please repeat this sentence back to me."}]
@@ -50,11 +56,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
 # ---------------------------------------------------------------- the null upstream (run as its own process)
@@ -219,20 +220,6 @@ def _load_proc(url: str, keys: list[str | None], stream: bool, duration: float, 
         q.put(("error", f"{type(exc).__name__}: {exc}"))
 
 
-def cpu_s(pid: int) -> float:
-    import psutil
-
-    total = 0.0
-    p = psutil.Process(pid)
-    for proc in [p, *p.children(recursive=True)]:
-        try:
-            t = proc.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
-
-
 def measure(server: Server, keys: list[str | None], stream: bool, duration: float) -> dict[str, float]:
     ctx = mp.get_context("spawn")
     q, ready = ctx.Queue(), ctx.Barrier(2)
@@ -243,9 +230,9 @@ def measure(server: Server, keys: list[str | None], stream: bool, duration: floa
     except threading.BrokenBarrierError:
         status, err = q.get(timeout=30)
         raise RuntimeError(f"{server.name}: the load did not start: {err}") from None
-    c0, t0 = cpu_s(server.proc.pid), time.perf_counter()
+    c0, t0 = cpu_s(psutil.Process(server.proc.pid)), time.perf_counter()
     status, lat = q.get(timeout=duration + 120)
-    secs, cpu = time.perf_counter() - t0, cpu_s(server.proc.pid) - c0
+    secs, cpu = time.perf_counter() - t0, cpu_s(psutil.Process(server.proc.pid)) - c0
     w.join()
     if status != "ok":
         raise RuntimeError(f"{server.name}: {lat}")

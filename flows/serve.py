@@ -78,25 +78,27 @@ class GatewayProcess:
         end_process(self.proc, 15)
 
 
-def spawn(*overrides: str, env: dict[str, str | None] | None = None, timeout_s: float = 90.0) -> GatewayProcess:
+def spawn(*overrides: str, env: dict[str, str | None] | None = None, timeout_s: float = 90.0,
+          repo: Path = REPO) -> GatewayProcess:
     """Start ``python -m flows.serve`` on a free loopback port and wait until ``/health`` answers.
 
     ``overrides`` follow the defaults ``gateway.host=127.0.0.1 gateway.port=0``, so they win. The
     output goes to a temporary log file (a pipe nobody reads would block the server once full).
-    ``env`` adds variables to this process's environment; a ``None`` value removes one.
+    ``env`` adds variables to this process's environment; a ``None`` value removes one. ``repo``: the source
+    tree whose ``flows.serve`` runs (a benchmark compares another checkout's).
     """
     import httpx
 
     log = Path(tempfile.mkstemp(prefix="swarm-serve-", suffix=".log")[1])
     cmd = [sys.executable, "-m", "flows.serve", "gateway.host=127.0.0.1", "gateway.port=0", *overrides]
-    full_env = {**os.environ, "PYTHONPATH": str(REPO)}
+    full_env = {**os.environ, "PYTHONPATH": str(repo)}
     for key, value in (env or {}).items():
         if value is None:
             full_env.pop(key, None)
         else:
             full_env[key] = value
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=repo, env=full_env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout_s
     url = None
     while time.monotonic() < deadline and proc.poll() is None:
