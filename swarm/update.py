@@ -71,7 +71,7 @@ class UpdateSettings:
 class Clock:
     """Wall seconds per phase of one update, summed over repeats (a wait whose lease came back empty):
     ``with clock("lease"): ...`` adds to ``time/lease_s``. What an update costs outside training is read
-    off these (docs/policy.md "What an update costs", ``benchmarks/update_bench.py``)."""
+    off these (docs/guide.md "What an update costs", ``benchmarks/update_bench.py``)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
