@@ -141,6 +141,7 @@ def test_leases_are_exclusive_across_gateway_processes(gateways, pool: Pool) -> 
                 if not body["steps"]:
                     return
                 taken[name].append((body["lease_id"], [s["step_id"] for s in body["steps"]]))
+                time.sleep(0.02)  # under load one drainer could take all 12 before the other's first call
 
     threads = [threading.Thread(target=drain, args=(n, gw.url)) for n, gw in zip("ab", gateways, strict=True)]
     for t in threads:
