@@ -131,11 +131,11 @@ class EpisodesMixin(Database):
                 if row["status"] != EpisodeStatus.open.value:
                     raise ConflictError(f"episode is {row['status']}, not open", episode_id=e.episode_id)
                 if e.source is not None and (e.reward is not None or e.step_rewards):
-                    reward, steps, outcome, refused, rows = ending_rewards(
+                    reward, steps, outcome, refused, recorded = ending_rewards(
                         c, e.episode_id, e.source, e.min_source, e.reward, e.step_rewards, row["reward"] is not None)
                     e = endings[i] = dataclasses.replace(e, reward=reward, step_rewards=steps)
                     outcomes[i] = (outcome, refused)
-                    history += rows
+                    history += recorded
                 row.update(status=e.status.value, updated_at=t, ended_at=t)
                 if e.reward is not None:
                     row.update(reward=float(e.reward), reward_status=RewardStatus.final.value)

@@ -71,6 +71,25 @@ def test_end_episodes_one_transaction_same_result_as_one_by_one(pool: Pool) -> N
     assert pool.end_episodes([]) == []
 
 
+@pytest.mark.parametrize("source", ["agent", "judge"])
+def test_end_episodes_with_a_reward_source_batch_like_one_by_one(pool: Pool, source: str) -> None:
+    """The gateway's endings carry their caller's source; several in one batch end in one transaction
+    (a shadowed variable once made every second ending of a batch fail, so each batch retried one by one)."""
+    eps = [episode(pool) for _ in range(3)]
+    steps = [step(e) for e in eps]
+    pool.add_steps(steps)
+    endings = [EpisodeEnding(e.episode_id, reward=0.25 * i, step_rewards={s.step_id: 1.0}, source=source)
+               for i, (e, s) in enumerate(zip(eps, steps, strict=True))]
+    with transactions(pool) as n:
+        ended = pool.end_episodes(endings)
+    assert n[0] == 1
+    assert [x.episode.reward for x in ended] == [0.0, 0.25, 0.5]
+    assert all(x.rewards is not None and x.rewards.applied for x in ended)
+    assert all(pool.get_step(s.step_id).reward == 1.0 for s in steps)
+    recorded = [h for e in eps for h in pool.reward_history(e.episode_id)]
+    assert len(recorded) == (6 if source == "judge" else 0)  # an agent's applied rewards need no record
+
+
 @pytest.mark.parametrize("bad", ["ended", "twice", "unknown", "foreign_step", "open"])
 def test_end_episodes_one_bad_ending_changes_nothing(pool: Pool, bad: str) -> None:
     ended, ok, other = episode(pool), episode(pool), episode(pool)
