@@ -58,7 +58,7 @@ def process_command(cfg: WorkerConfig) -> list[str]:
            "--workers", str(cfg.workers), "--group-size", str(cfg.group_size), "--model", cfg.model,
            "--temperature", str(cfg.temperature), "--max-tokens", str(cfg.max_tokens),
            "--episode-timeout", str(cfg.episode_timeout_s), "--eval-every", str(cfg.eval_every),
-           "--agree-every", str(cfg.agree_every), "--options", json.dumps(cfg.options)]
+           "--agree-every", str(cfg.agree_every), "--options", json.dumps(cfg.options), "--parent", str(os.getpid())]
     if cfg.seed is not None:
         cmd += ["--seed", str(cfg.seed)]
     if cfg.seeded:

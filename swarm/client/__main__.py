@@ -5,10 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import threading
 
 from swarm.client.worker import WorkerConfig, run_worker
+
+
+def _watch_parent(parent: int, stop: threading.Event) -> None:
+    """Set ``stop`` once ``parent`` is no longer this process's parent (it died; we were re-parented)."""
+    while not stop.wait(0.5):
+        if os.getppid() != parent:
+            logging.getLogger(__name__).warning("parent process %d is gone: stopping", parent)
+            stop.set()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -29,6 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeded", action="store_true", help="each call carries a sampling seed of (instance seed, member, call)")
     p.add_argument("--token", default=None, help="client token (or SWARM_CLIENT_TOKEN)")
     p.add_argument("--options", default="{}", help="task options as JSON, e.g. '{\"trainable_side\": \"wolves\"}'")
+    p.add_argument("--parent", type=int, default=None,
+                   help="stop when the process with this pid is gone (the flow passes its own: a killed flow leaves no worker)")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     cfg = WorkerConfig(server=a.server, task=a.task, workers=a.workers, group_size=a.group_size, model=a.model,
@@ -37,6 +48,8 @@ def main(argv: list[str] | None = None) -> None:
                        options=json.loads(a.options), seeded=a.seeded)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if a.parent is not None:
+        threading.Thread(target=_watch_parent, args=(a.parent, stop), daemon=True, name="parent-watch").start()
     try:
         stats = run_worker(cfg, stop)
     except KeyboardInterrupt:

@@ -36,10 +36,13 @@ class GatewayState(ServiceState):
         # SQLite (one local file, WAL): heads are read right on the event loop (see OpenEpisodes)
         self.episodes = OpenEpisodes(self.recorder, self.lookup, self.db, inline_heads=bool(pool.single_writer))
         # group commit: concurrent calls' steps, episode opens and episode ends each go to the pool
-        # in one transaction per batch
-        self.step_writer: Batcher[list[Step], None] = Batcher(self._write_steps)
-        self.episode_opener: Batcher[Episode, Episode] = Batcher(functools.partial(self.write, self.recorder.add_episodes))
-        self.episode_ender: Batcher[EpisodeEnding, Ended] = Batcher(functools.partial(self.write, self.recorder.end_episodes))
+        # in one transaction per batch; on SQLite each batch is taken under the write gate
+        gate = self._write_gate
+        self.step_writer: Batcher[list[Step], None] = Batcher(self._write_steps, gate=gate)
+        self.episode_opener: Batcher[Episode, Episode] = Batcher(
+            functools.partial(self.db, self.recorder.add_episodes), gate=gate)
+        self.episode_ender: Batcher[EpisodeEnding, Ended] = Batcher(
+            functools.partial(self.db, self.recorder.end_episodes), gate=gate)
         # (episode, kind, Idempotency-Key) -> steps this process stored for that call: a repeat racing the first
         # call is answered from here without a pool read under the episode lock (bounded, oldest dropped)
         self.recent_calls: OrderedDict[tuple[str, str, str], list[Step]] = OrderedDict()
@@ -51,7 +54,7 @@ class GatewayState(ServiceState):
 
     async def _write_steps(self, calls: list[list[Step]]) -> list[None]:
         # the pool numbers them in its write transaction: another gateway may write these episodes too
-        await self.write(self.recorder.add_steps, [s for steps in calls for s in steps], append=True)
+        await self.db(self.recorder.add_steps, [s for steps in calls for s in steps], append=True)
         return [None] * len(calls)
 
     def episode_lock(self, episode_id: str) -> asyncio.Lock:

@@ -27,7 +27,7 @@ def test_default_config_is_the_tiny_cpu_run() -> None:
     cfg = _compose()
     assert cfg.task.name == "echo"
     assert cfg.model.backend == "hf" and cfg.model.path is None and cfg.model.device == "cpu"
-    assert cfg.runner.kind == "thread" and cfg.batching.strategy == "groups"
+    assert cfg.runner.kind == "process" and cfg.batching.strategy == "groups"
 
 
 @pytest.mark.parametrize("task", TASKS)
