@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from typing import Any, TypeVar
@@ -58,10 +59,21 @@ def scrub_nul(value: Any) -> Any:
     For text a model wrote (a byte-level tokenizer can sample the byte 0) and prompts quoting it; the
     step's token ids keep the exact bytes.
     """
+    if isinstance(value, dict | list):
+        try:  # one C-level pass finds whether any string holds NUL (JSON writes it as \u0000); almost never
+            clean = "\\u0000" not in json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError):  # not plain JSON: walk it
+            clean = False
+        if clean:
+            return value
+    return _scrub(value)
+
+
+def _scrub(value: Any) -> Any:
     if isinstance(value, str):
         return value.replace("\x00", "\ufffd")
     if isinstance(value, dict):
-        return {scrub_nul(k): scrub_nul(v) for k, v in value.items()}
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [scrub_nul(v) for v in value]
+        return [_scrub(v) for v in value]
     return value

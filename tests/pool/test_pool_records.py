@@ -47,3 +47,15 @@ def test_valid_step_passes_through_unchanged():
     s = Step(episode_id="ep-1", response_ids=[1, 2], response_logprobs=[-0.5, -0.25])
     assert coerce(Step, s, "step") is s
     assert s.length == 2
+
+
+def test_scrub_nul_replaces_nul_in_keys_and_values_and_keeps_clean_json_as_is() -> None:
+    from swarm.pool.checks import scrub_nul
+
+    clean = {"a": ["b", {"c": 1.5, "d": None}], "e": "no nul"}
+    assert scrub_nul(clean) is clean  # the one-pass check found no NUL: nothing copied
+    literal = {"e": "\\u0000 is six characters here"}  # looks like an escaped NUL to that check: walked, unchanged
+    assert scrub_nul(literal) == literal
+    dirty = {"k\x00": ["x\x00y", {"n": "\x00"}], "lit": "\\u0000"}
+    assert scrub_nul(dirty) == {"k\ufffd": ["x\ufffdy", {"n": "\ufffd"}], "lit": "\\u0000"}
+    assert scrub_nul({"when": object}) == {"when": object}  # not JSON: walked, unchanged
