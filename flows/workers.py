@@ -14,6 +14,7 @@ cluster on other machines.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -34,7 +35,7 @@ from flows.shutdown import end_process
 from swarm.client import WorkerConfig, run_worker
 from swarm.rewards import RewardSection
 
-__all__ = ["worker_config", "reward_worker", "thread_worker", "process_worker", "process_command", "ray_worker", "RayWorkers",
+__all__ = ["worker_config", "worker_env", "reward_worker", "thread_worker", "process_worker", "process_command", "ray_worker", "RayWorkers",
            "ray_init_kwargs", "start_ray_workers", "start_workers", "WorkerHandle"]
 
 
@@ -66,12 +67,23 @@ def process_command(cfg: WorkerConfig) -> list[str]:
     return cmd
 
 
+def worker_env() -> dict[str, str]:
+    """This environment with this process's own import paths (the repository, a task package kept elsewhere)
+    first on ``PYTHONPATH``: a worker process imports the task code the flow checked, wherever it was found."""
+    own = [p for p in sys.path if p and os.path.isdir(p) and not p.startswith((sys.prefix, sys.base_prefix))]
+    paths = dict.fromkeys([*own, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 @task(name="client-process", cache_policy=NONE)
 def process_worker(cfg: WorkerConfig, stop: threading.Event, procs: list[subprocess.Popen]) -> int:
     """Keep one worker process running until ``stop``; a killed worker is restarted (hot swap)."""
     restarts = 0
     while not stop.is_set():
-        proc = subprocess.Popen(process_command(cfg), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # a restart takes a fresh random seed base: the first start's seeds already named groups in the pool
+        run = cfg if restarts == 0 else dataclasses.replace(cfg, seed=None)
+        proc = subprocess.Popen(process_command(run), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env=worker_env())
         procs.append(proc)
         while proc.poll() is None and not stop.is_set():
             stop.wait(0.2)
@@ -303,8 +315,10 @@ def _client_workers(runner: Runner, server: str, task_cfg: TaskSection, seed: in
                     ) -> list[WorkerHandle]:
     configs = configs if configs is not None else []
     if isinstance(runner, ProcessRunner):
-        made = [worker_config(server, task_cfg, runner.workers, None, agree_every=agree_every)
-                for _ in range(runner.processes)]
+        # process k claims groups from seed * 1e6 + k * 1e5 on (the thread runner's stream is seed * 1e6): a
+        # run's prompts follow its seed, as with threads
+        made = [worker_config(server, task_cfg, runner.workers, seed * 1_000_000 + k * 100_000, agree_every=agree_every)
+                for k in range(runner.processes)]
         configs += made
         return [process_worker.submit(wc, stop, procs) for wc in made]
     if isinstance(runner, ThreadRunner):
