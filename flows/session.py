@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
+from rich.markup import escape
 
 from flows import console, shutdown, tracking
 from flows import control as flow_control
@@ -226,6 +227,17 @@ def _stop_workers(stop: threading.Event, futures: list[WorkerHandle], procs: lis
         f.wait(30)
 
 
+def _fail(s: Session) -> Callable[[str], None]:
+    """What a stage that fails while the run goes on calls (a worker process that cannot start): the run stops with
+    that reason, checkpointed, FAILED, instead of waiting out ``train.batch_timeout_s``."""
+    def fail(reason: str) -> None:
+        if not s.stop.is_set():
+            console.say(f"[red]{escape(reason)}[/red]")
+            s.reason = s.reason or reason
+            s.stop.set()
+    return fail
+
+
 def _final_checkpoint(s: Session, checkpoint: Checkpoint) -> None:
     """A clean stop (not a crash): checkpoint every trainer and release the torchrun followers."""
     if shutdown.STOP.signum is not None and s.status == "FINISHED":
@@ -276,7 +288,7 @@ def _watch_engines(s: Session, every_s: float = 2.0) -> Iterator[None]:
                     dead.add(i)
                     code = server.proc.poll() if server.proc is not None else None
                     console.say(f"[red]the vLLM server at {server.url} died[/red] (exit {code}); its log "
-                                f"{server.log_path}:\n{server.log_tail(15)}")
+                                f"{escape(str(server.log_path))}:\n{escape(server.log_tail(15))}")
             if len(dead) == len(servers) and not others and not s.stop.is_set():
                 s.reason = (f"the vLLM server{'s' if len(servers) > 1 else ''} died (log: "
                             f"{', '.join(str(x.log_path) for x in servers)}); the run stopped at update {s.updates()}")
@@ -326,7 +338,7 @@ def open_session(cfg: RunConfig, checkpoint: Checkpoint) -> Iterator[Session]:
         procs: list[subprocess.Popen] = []
         es.callback(_stop_workers, s.stop, futures, procs)
         futures += _start("the workers", start_workers, cfg.runner, s.stack.url, cfg.task, cfg.seed,
-                          cfg.batching.agree_every, s.stop, procs, s.workers, cfg.pool.url)
+                          cfg.batching.agree_every, s.stop, procs, s.workers, cfg.pool.url, _fail(s))
         es.callback(_final_checkpoint, s, checkpoint)
         s.status = "FINISHED"
         try:

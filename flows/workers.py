@@ -20,9 +20,10 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,22 +76,43 @@ def worker_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 
+# a worker process that exits (not stopped by us) this soon after its start, this many times in a row, did not start:
+# the run fails with its stderr's tail instead of restarting it until train.batch_timeout_s
+FAST_EXIT_S = 30.0
+FAST_EXITS = 3
+
+
 @task(name="client-process", cache_policy=NONE)
-def process_worker(cfg: WorkerConfig, stop: threading.Event, procs: list[subprocess.Popen]) -> int:
-    """Keep one worker process running until ``stop``; a killed worker is restarted (hot swap)."""
-    restarts = 0
+def process_worker(cfg: WorkerConfig, stop: threading.Event, procs: list[subprocess.Popen],
+                   failed: Callable[[str], None] | None = None) -> int:
+    """Keep one worker process running until ``stop``; a killed worker is restarted (hot swap). One that cannot
+    start (it exits within ``FAST_EXIT_S`` of its start ``FAST_EXITS`` times in a row) is reported to ``failed``
+    and raises, with the tail of its stderr."""
+    restarts = quick = 0
     while not stop.is_set():
         # a restart takes a fresh random seed base: the first start's seeds already named groups in the pool
         run = cfg if restarts == 0 else dataclasses.replace(cfg, seed=None)
-        proc = subprocess.Popen(process_command(run), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env=worker_env())
-        procs.append(proc)
-        while proc.poll() is None and not stop.is_set():
-            stop.wait(0.2)
-        if proc.poll() is None:
-            end_process(proc, 10)
-        elif not stop.is_set():
+        with tempfile.TemporaryFile() as err:
+            t0 = time.monotonic()
+            proc = subprocess.Popen(process_command(run), stdout=subprocess.DEVNULL, stderr=err, env=worker_env())
+            procs.append(proc)
+            while proc.poll() is None and not stop.is_set():
+                stop.wait(0.2)
+            if proc.poll() is None:
+                end_process(proc, 10)
+                continue
+            if stop.is_set():
+                continue
             restarts += 1
+            quick = quick + 1 if time.monotonic() - t0 < FAST_EXIT_S else 0
+            if quick >= FAST_EXITS:
+                err.seek(max(0, err.seek(0, os.SEEK_END) - 4000))
+                tail = err.read().decode("utf-8", "replace").strip()
+                msg = (f"the client worker process exited {quick} times in a row within {FAST_EXIT_S:g} s of its start "
+                       f"(last exit code {proc.returncode}); the end of its stderr:\n{tail}")
+                if failed is not None:
+                    failed(msg)
+                raise RuntimeError(msg)
     return restarts
 
 
@@ -299,11 +321,12 @@ WorkerHandle = PrefectFuture[Any] | RayWorkers  # what start_workers returns; ea
 
 def start_workers(runner: Runner, server: str, task_cfg: TaskSection, seed: int, agree_every: int,
                   stop: threading.Event, procs: list[subprocess.Popen], configs: list[WorkerConfig] | None = None,
-                  pool_url: str | None = None) -> list[WorkerHandle]:
+                  pool_url: str | None = None, failed: Callable[[str], None] | None = None) -> list[WorkerHandle]:
     """Submit the client workers the ``runner`` config group asks for, and the reward service of
     ``task.reward`` (on the pool at ``pool_url``) when it has one; returns their Prefect futures. ``configs``
-    receives the thread and process workers' WorkerConfigs (run control changes their ``eval_every``)."""
-    clients = _client_workers(runner, server, task_cfg, seed, agree_every, stop, procs, configs)
+    receives the thread and process workers' WorkerConfigs (run control changes their ``eval_every``); ``failed``
+    hears of worker processes that cannot start (:func:`process_worker`)."""
+    clients = _client_workers(runner, server, task_cfg, seed, agree_every, stop, procs, configs, failed)
     if task_cfg.reward is not None:
         clients.append(reward_worker.submit(task_cfg.reward, str(pool_url), server, task_cfg.name,
                                             task_cfg.group_size, stop))
@@ -311,8 +334,8 @@ def start_workers(runner: Runner, server: str, task_cfg: TaskSection, seed: int,
 
 
 def _client_workers(runner: Runner, server: str, task_cfg: TaskSection, seed: int, agree_every: int,
-                    stop: threading.Event, procs: list[subprocess.Popen], configs: list[WorkerConfig] | None
-                    ) -> list[WorkerHandle]:
+                    stop: threading.Event, procs: list[subprocess.Popen], configs: list[WorkerConfig] | None,
+                    failed: Callable[[str], None] | None = None) -> list[WorkerHandle]:
     configs = configs if configs is not None else []
     if isinstance(runner, ProcessRunner):
         # process k claims groups from seed * 1e6 + k * 1e5 on (the thread runner's stream is seed * 1e6): a
@@ -320,7 +343,7 @@ def _client_workers(runner: Runner, server: str, task_cfg: TaskSection, seed: in
         made = [worker_config(server, task_cfg, runner.workers, seed * 1_000_000 + k * 100_000, agree_every=agree_every)
                 for k in range(runner.processes)]
         configs += made
-        return [process_worker.submit(wc, stop, procs) for wc in made]
+        return [process_worker.submit(wc, stop, procs, failed) for wc in made]
     if isinstance(runner, ThreadRunner):
         wc = worker_config(server, task_cfg, runner.workers, seed * 1_000_000, agree_every=agree_every)
         configs.append(wc)

@@ -62,6 +62,21 @@ def test_a_run_without_any_batch_is_failed_not_finished(flow_config) -> None:
     assert run.info.status == "FAILED" and "batch_timeout_s" in run.data.tags["swarm.failure"]
 
 
+def test_worker_processes_that_cannot_start_fail_the_run_with_their_error(flow_config) -> None:
+    """A task that imports in the flow but not in its worker processes: the run ends FAILED with the workers' own
+    error (their stderr's tail) after a few quick restarts, not after train.batch_timeout_s of silent ones."""
+    import time
+
+    cfg = flow_config("task.name=tests.flows.worker_broken_echo", "runner=process", "runner.processes=1",
+                      "train.updates=2", "train.batch_timeout_s=600")
+    t0 = time.monotonic()
+    summary = train_flow(cfg)
+    assert summary["status"] == "FAILED" and summary["updates"] == 0 and time.monotonic() - t0 < 300
+    run, _ = _run_metrics(cfg["mlflow"]["tracking_uri"], summary["run_id"])
+    reason = run.data.tags["swarm.failure"]
+    assert "exited 3 times in a row" in reason and "lacks the task's driver" in reason, reason
+
+
 def _consumed_per_policy(url: str) -> dict[str, int]:
     pool = Pool(url)
     try:

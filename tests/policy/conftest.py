@@ -81,7 +81,24 @@ def vllm_server(vllm_model_path: Path, tmp_path_factory: pytest.TempPathFactory)
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     # 1 GiB of KV cache (~23k tokens) is plenty here, and the idle server holds its memory until the session ends
     with VLLMServer(vllm_model_path, log, served_model_name="smollm2", max_lora_rank=8, kv_cache_gib=1) as server:
+        _session_server.append(server)
         yield server
+        _session_server.clear()
+
+
+_session_server: list[Any] = []  # the session's real server while it runs, for the report hook below
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that used the session's real vLLM gets the server's state and log tail in its report: an
+    engine that died mid-session (CI saw one disconnect at ``/load_lora_adapter``) otherwise leaves no trace."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and _session_server and {"vllm_server", "real_vllm"} & set(getattr(item, "fixturenames", ())):
+        server = _session_server[0]
+        state = "running" if server.alive() else f"exited with code {server.proc.returncode}"
+        report.sections.append(("vllm server", f"{server.url}: {state}; {server.log_path}:\n{server.log_tail(80)}"))
 
 
 @pytest.fixture
