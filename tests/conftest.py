@@ -28,6 +28,20 @@ REPO = Path(__file__).resolve().parents[1]
 POSTGRES_URL = os.environ.get("SWARM_TEST_POSTGRES_URL")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On pytest-xdist workers (``make test``: ``-n 2 --dist loadgroup``): a module's tests form one group (its module
+    fixtures, e.g. servers, start once), every test of the session's real vLLM server another (one engine, not one a
+    worker), and the modules holding slow tests are handed out first (the longest do not start last)."""
+    if getattr(config, "workerinput", None) is None:
+        return
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: the order within each kind stays
+    for item in items:
+        vllm = {"vllm_server", "real_vllm"} & set(getattr(item, "fixturenames", ()))
+        item.add_marker(pytest.mark.xdist_group("vllm-server" if vllm else str(item.path.relative_to(REPO))))
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1 (for a real server started by the test)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
