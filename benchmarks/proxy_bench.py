@@ -14,7 +14,8 @@ LiteLLM, for ``--duration`` seconds each, and the order alternates over ``--roun
 sides alike. Printed per level: requests/s, p50 latency and the p50 added over calling the upstream directly, and each
 server's CPU milliseconds per request. The last line is the ratio of the gateway's requests/s to LiteLLM's.
 
-Run: ``.venv/bin/python benchmarks/proxy_bench.py`` (``--clients 1 8 32 --duration 5 --rounds 2``). Without
+Run: ``.venv/bin/python benchmarks/proxy_bench.py`` (``--clients 1 8 32 --duration 5 --rounds 2``; ``--against REF`` adds
+the gateway as committed at REF as a fourth side, for a before/after in the same run). Without
 ``.venv-litellm`` it says so and exits 0. On a 2-core machine the clients share the cores with the servers: both sides
 are measured under the same conditions, and the CPU per request is each server's own.
 """
@@ -42,7 +43,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from gateway_bench import cpu_s, pct  # noqa: E402
+from gateway_bench import cpu_s, export_tree, pct  # noqa: E402
 
 LITELLM_VENV = REPO / ".venv-litellm"
 MESSAGES = [{"role": "system", "content": "You are a helpful agent."},
@@ -144,15 +145,17 @@ def start_upstream(tmp: Path) -> Server:
     return server
 
 
-def start_gateway(tmp: Path, upstream: str) -> Server:
-    port, log = free_port(), tmp / "gateway.log"
+def start_gateway(tmp: Path, upstream: str, repo: Path = REPO, name: str = "gateway") -> Server:
+    """``python -m flows.serve model=upstream`` of the tree at ``repo`` (this one, or ``--against``'s export) on its own
+    SQLite pool ``<name>.db``."""
+    port, log = free_port(), tmp / f"{name}.log"
     env = {k: v for k, v in os.environ.items() if k != "SWARM_POOL_URL"} | {
-        "PYTHONPATH": str(REPO), "SWARM_UPSTREAM_API_KEY": "null"}
+        "PYTHONPATH": str(repo), "SWARM_UPSTREAM_API_KEY": "null"}
     proc = subprocess.Popen([sys.executable, "-m", "flows.serve", "gateway.host=127.0.0.1", f"gateway.port={port}",
                              "model=upstream", f"model.base_url={upstream}/v1", f"model.model={MODEL}",
-                             "model.max_tokens=64", f"pool.url=sqlite:///{tmp / 'pool.db'}"],
-                            stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=REPO, env=env)
-    server = _wait("gateway", proc, f"http://127.0.0.1:{port}/health", log)
+                             "model.max_tokens=64", f"pool.url=sqlite:///{tmp / f'{name}.db'}"],
+                            stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=repo, env=env)
+    server = _wait(name, proc, f"http://127.0.0.1:{port}/health", log)
     server.url = f"http://127.0.0.1:{port}"
     return server
 
@@ -265,6 +268,8 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per side, level and mode")
     ap.add_argument("--rounds", type=int, default=2, help="alternations of the sides' order")
     ap.add_argument("--modes", nargs="*", default=["json", "stream"], choices=["json", "stream"])
+    ap.add_argument("--against", metavar="REF", help="also run the gateway as committed at this git ref (its own pool), "
+                    "alternated with the others: a before/after of the gateway in the same run")
     ap.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve_upstream:
@@ -285,6 +290,10 @@ def main() -> None:
             servers.append(litellm)
             keys = episode_keys(gateway.url, max(args.clients))
             sides = {"direct": (upstream, ["direct"]), "gateway": (gateway, keys), "litellm": (litellm, [LITELLM_KEY])}
+            if args.against:
+                before = start_gateway(tmp, upstream.url, export_tree(args.against, tmp / "against"), "before")
+                servers.append(before)
+                sides["before"] = (before, episode_keys(before.url, max(args.clients)))
             res: dict[tuple[str, str, int], list[dict[str, float]]] = {}
             for r in range(args.rounds):
                 order = list(sides) if r % 2 == 0 else list(reversed(sides))
@@ -292,10 +301,10 @@ def main() -> None:
                     for n in args.clients:
                         for name in order:
                             server, ks = sides[name]
-                            use = (ks * n)[:n] if name != "gateway" else ks[:n]
+                            use = (ks * n)[:n] if name not in ("gateway", "before") else ks[:n]
                             res.setdefault((name, mode, n), []).append(
                                 measure(server, use, mode == "stream", args.duration))
-            stored, exact = recorded(tmp / "pool.db")
+            stored, exact = recorded(tmp / "gateway.db")
         finally:
             for s in reversed(servers):
                 s.stop()
@@ -325,6 +334,11 @@ def main() -> None:
                       f"{'' if name == 'direct' else f'{added:+8.2f}':>8s} {mean(name, mode, n, 'p99'):8.2f} "
                       f"{mean(name, mode, n, 'cpu_ms'):10.2f}")
             ratios.append((mode, n, mean("gateway", mode, n, "rps") / mean("litellm", mode, n, "rps")))
+    if args.against:
+        print(f"gateway {args.against} -> this tree, requests/s: " + ", ".join(
+            f"{m} {n}: {mean('before', m, n, 'rps'):.0f} -> {mean('gateway', m, n, 'rps'):.0f}, CPU-ms/req "
+            f"{mean('before', m, n, 'cpu_ms'):.2f} -> {mean('gateway', m, n, 'cpu_ms'):.2f}"
+            for m in args.modes for n in args.clients))
     one = min(args.clients)
     added_g = {m: mean("gateway", m, one, "p50") - mean("direct", m, one, "p50") for m in args.modes}
     added_l = {m: mean("litellm", m, one, "p50") - mean("direct", m, one, "p50") for m in args.modes}

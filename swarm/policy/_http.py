@@ -16,7 +16,17 @@ import httpx
 
 from swarm.errors import BackendError, ContextLengthError
 
-__all__ = ["raise_for_status", "sse_events", "token_id", "post_json", "backend_error"]
+__all__ = ["raise_for_status", "sse_events", "token_id", "post_json", "backend_error", "LIMITS"]
+
+# Every connection to the engine / upstream is kept alive between calls. httpx keeps 20 by default: at more
+# concurrent calls than that, every call past the 20th opened a connection (a name lookup on a worker thread, a TCP
+# handshake) and closed it after (docs/gateway.md "Side by side with LiteLLM's proxy"). The number of connections
+# open at once is still bounded by the calls in flight, i.e. by the gateway's own connection limits.
+# An idle connection is dropped after 2 s, before the server drops it: vLLM's server closes idle connections after 5 s
+# (VLLM_HTTP_TIMEOUT_KEEP_ALIVE), httpx's default expiry is also 5 s, and a call sent on a connection the server was
+# closing at that moment failed with "Server disconnected without sending a response" (CI: /load_lora_adapter, the
+# first call after a training update of about 5 s).
+LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=2.0)
 
 _CONTEXT_HINTS = ("context length", "maximum context", "context_length", "too long", "max_model_len")
 
