@@ -91,11 +91,11 @@ serve: setup
 	$(PY) -m flows.serve
 
 # the suite on TEST_WORKERS pytest-xdist workers (a module's tests, and every test of the session's vLLM server, stay
-# on one worker: tests/conftest.py); most of a test's time is spent waiting on the servers, flows and processes it
+# on one worker: tests/conftest.py's scheduler); most of a test's time is spent waiting on the servers, flows and processes it
 # starts, so 2 workers on 2 cores take 24.6 min where one took 57 (CI's log and a run here)
 TEST_WORKERS ?= 2
 test: setup $(VF_STAMP) $(VLLM_STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 	$(MAKE) overhead-check
 
 # the loop's overhead against bare references measured in the same run (gateway: a bare FastAPI echo app; update:

@@ -8,6 +8,7 @@ import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,18 +29,19 @@ REPO = Path(__file__).resolve().parents[1]
 POSTGRES_URL = os.environ.get("SWARM_TEST_POSTGRES_URL")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On pytest-xdist workers (``make test``: ``-n 2 --dist loadgroup``): a module's tests form one group (its module
-    fixtures, e.g. servers, start once), every test of the session's real vLLM server another (one engine, not one a
-    worker), and the modules holding slow tests are handed out first (the longest do not start last)."""
-    if getattr(config, "workerinput", None) is None:
-        return
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)  # stable: the order within each kind stays
-    for item in items:
-        vllm = {"vllm_server", "real_vllm"} & set(getattr(item, "fixturenames", ()))
-        item.add_marker(pytest.mark.xdist_group("vllm-server" if vllm else str(item.path.relative_to(REPO))))
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (``make test``: ``-n 2``): a module's tests go to one worker (its module fixtures, e.g.
+    servers, start once), and so do all of ``tests/policy/test_vllm*.py``, where the session's real vLLM server is
+    used (one engine, not one per worker). Done here because ``--dist loadgroup`` marks do nothing under pytest 9.2
+    (pytest-xdist 3.8.0 renames ``item._nodeid``, which pytest no longer reads)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/policy/test_vllm*" if path.startswith("tests/policy/test_vllm") else path
+
+    return ModuleScheduling(config, log)
 
 
 def free_port() -> int:

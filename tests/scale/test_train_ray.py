@@ -40,7 +40,9 @@ def test_train_cli_with_ray_runner(tmp_path: Path) -> None:
     try:
         eps = pool.query_episodes(StepFilter(), limit=10_000)
         assert {e.client_id.split("-")[0] for e in eps} == {"ray"}  # every episode came from a Ray task
-        assert len({e.client_id for e in eps}) == 2
+        # at most the 2 tasks asked for; on a loaded machine one task can fill the single batch before the other's
+        # first call (seen in a parallel suite run), so both are not required here: test_ray_runner.py waits for both
+        assert 1 <= len({e.client_id for e in eps}) <= 2
         assert pool.latest_version("default") == 1
         assert pool.count_steps(StepFilter(consumed=True)) >= 16
     finally:
