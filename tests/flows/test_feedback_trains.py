@@ -17,7 +17,7 @@ from swarm.stack import free_port
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
-UPDATES = 8
+UPDATES = 12  # the correction arrives after the first step: a late one (a loaded machine) still trains for 6+ updates
 CORRECTION = "piano lemon candle"  # not the echo task's answer: GRPO alone does not push toward it
 CONTROL = "river stone cloud"  # never posted: how far the run moves an uncorrected reply of the same shape
 
