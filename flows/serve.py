@@ -57,11 +57,11 @@ def serve(cfg: DictConfig) -> None:
         while stack.server.thread.is_alive():
             stack.server.thread.join(0.5)
     except KeyboardInterrupt:
-        # a stop that takes over 5 s (a pool call blocked in a worker thread) leaves every thread's stack in the output
-        faulthandler.dump_traceback_later(5, exit=False)
-        stack.stop()
-    else:
-        faulthandler.dump_traceback_later(5, exit=False)
+        pass
+    # a stop and exit that take over 5 s (a pool call blocked in a worker thread) leave every thread's stack in the
+    # output; stopping a server whose thread already ended returns at once
+    faulthandler.dump_traceback_later(5, exit=False)
+    stack.stop()
 
 
 def main() -> None:
