@@ -60,7 +60,7 @@ import httpx
 
 from swarm.errors import BackendError, ContextLengthError, NotFoundError, SwarmError, ValidationError
 from swarm.lora import LoraSpec
-from swarm.policy._http import LIMITS, post_json, sse_events, token_id
+from swarm.policy._http import LIMITS, async_transport, post_json, sse_events, token_id
 from swarm.policy._upstream_reply import aligned, chat_token_data, norm_tool_calls
 from swarm.policy.base import CLIENT_BODY, GenerateRequest, Generation, StateDict, TokenDelta
 from swarm.policy.chat import LocalTokenizer
@@ -170,7 +170,8 @@ token the server reports (OpenAI: 20).
         del tool_parser  # the upstream parses its own tool calls (accepted so model configs stay uniform)
         self.base_url = base_url.rstrip("/")
         self._client = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, transport=transport, timeout=httpx.Timeout(timeout_s), limits=LIMITS
+            base_url=self.base_url, headers=headers, transport=async_transport(transport), timeout=httpx.Timeout(timeout_s),
+            limits=LIMITS
         )
         self._max_context = int(max_context)
         self._logprobs = bool(logprobs)

@@ -32,7 +32,7 @@ from pydantic import Field, model_validator
 
 from swarm.errors import BackendError, ConflictError, ContextLengthError, ValidationError
 from swarm.lora import LoraSpec
-from swarm.policy._http import LIMITS, backend_error, post_json, raise_for_status, sse_events, token_id
+from swarm.policy._http import LIMITS, async_transport, backend_error, post_json, raise_for_status, sse_events, token_id
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
 from swarm.policy.chat import LocalTokenizer
 from swarm.policy.constraint import Grammars
@@ -111,7 +111,8 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         self.model_name = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         timeout = httpx.Timeout(timeout_s)
-        self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport, timeout=timeout,
+        self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=async_transport(transport),
+                                         timeout=timeout,
                                          limits=LIMITS)
         sync_transport = transport if isinstance(transport, httpx.BaseTransport) else None
         self._sync = httpx.Client(base_url=self.base_url, headers=headers, transport=sync_transport, timeout=timeout,
