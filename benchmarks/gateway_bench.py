@@ -240,27 +240,29 @@ AREAS: list[tuple[str, str]] = [  # (area, regex over "function (file)" frames),
 _IDLE = re.compile(r"^(Condition\.wait|EpollSelector\.select|Thread\._wait_for_tstate_lock|Queue\.get|sleep) ")
 
 
-def _area(frames: list[str]) -> str:
+def _area(frames: list[str], areas: list[tuple[str, str]]) -> str:
     """The innermost frame that matches an area wins; the list's order breaks ties within one frame."""
     for f in reversed(frames):
-        for area, pattern in AREAS:
+        for area, pattern in areas:
             if re.search(pattern, f):
                 return area
     return "other"
 
 
-def area_table(raw: str, cpu_ms_per_step: float) -> str:
-    """A table of py-spy raw (collapsed) stacks by area: samples, share, and ms per recorded step."""
+def area_table(raw: str, cpu_ms_per_step: float, areas: list[tuple[str, str]] | None = None) -> str:
+    """A table of py-spy raw (collapsed) stacks by area (``areas``, default :data:`AREAS`): samples, share, and ms per
+    recorded step."""
+    areas = AREAS if areas is None else areas
     counts: dict[str, int] = {}
     for line in raw.splitlines():
         stack, _, n = line.rpartition(" ")
         frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
         if not frames or _IDLE.match(frames[-1]):
             continue
-        area = _area(frames)
+        area = _area(frames, areas)
         counts[area] = counts.get(area, 0) + int(n)
     total = sum(counts.values()) or 1
-    order = [a for a, _ in AREAS] + ["other"]
+    order = [a for a, _ in areas] + ["other"]
     lines = [f"  {'area':30s} {'samples':>8s} {'share':>6s} {'ms/step':>8s}"]
     for area in order:
         if counts.get(area):

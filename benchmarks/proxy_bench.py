@@ -15,7 +15,8 @@ sides alike. Printed per level: requests/s, p50 latency and the p50 added over c
 server's CPU milliseconds per request. The last line is the ratio of the gateway's requests/s to LiteLLM's.
 
 Run: ``.venv/bin/python benchmarks/proxy_bench.py`` (``--clients 1 8 32 --duration 5 --rounds 2``; ``--against REF`` adds
-the gateway as committed at REF as a fourth side, for a before/after in the same run). Without
+the gateway as committed at REF as a fourth side, for a before/after in the same run; ``--profile PATH`` samples the
+gateway with py-spy in the last round at the largest level and prints its CPU per request by area). Without
 ``.venv-litellm`` it says so and exits 0. On a 2-core machine the clients share the cores with the servers: both sides
 are measured under the same conditions, and the CPU per request is each server's own.
 """
@@ -43,7 +44,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from gateway_bench import cpu_s, export_tree, pct  # noqa: E402
+from gateway_bench import AREAS, area_table, cpu_s, export_tree, pct  # noqa: E402
 
 LITELLM_VENV = REPO / ".venv-litellm"
 MESSAGES = [{"role": "system", "content": "You are a helpful agent."},
@@ -223,7 +224,15 @@ def _load_proc(url: str, keys: list[str | None], stream: bool, duration: float, 
         q.put(("error", f"{type(exc).__name__}: {exc}"))
 
 
-def measure(server: Server, keys: list[str | None], stream: bool, duration: float) -> dict[str, float]:
+# the upstream path's own areas first (innermost frame wins), then the gateway bench's
+PROXY_AREAS = [("upstream HTTP client", r"\(httpx/|\(httpcore/|\(aiohttp/|\(httpx_aiohttp/|\(yarl/|\(multidict/|"
+                                        r"\(swarm/policy/_http\.py"),
+               ("stream relay (SSE)", r"\(swarm/gateway/streaming\.py|\(swarm/policy/_upstream_reply\.py")] + AREAS
+
+
+def measure(server: Server, keys: list[str | None], stream: bool, duration: float,
+            profile: Path | None = None) -> dict[str, float]:
+    """requests/s, p50 / p99 ms and the server's CPU-ms a request; ``profile``: py-spy the server (raw stacks there)."""
     ctx = mp.get_context("spawn")
     q, ready = ctx.Queue(), ctx.Barrier(2)
     w = ctx.Process(target=_load_proc, args=(server.url, keys, stream, duration, ready, q))
@@ -233,10 +242,19 @@ def measure(server: Server, keys: list[str | None], stream: bool, duration: floa
     except threading.BrokenBarrierError:
         status, err = q.get(timeout=30)
         raise RuntimeError(f"{server.name}: the load did not start: {err}") from None
+    spy = None
+    if profile is not None:  # as gateway_bench.py --profile: GIL-held samples, 200 Hz, for the load's duration
+        spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "-r", "200",
+                                "--gil", "-f", "raw", "-d", str(max(1, int(duration))), "-p", str(server.proc.pid),
+                                "-o", str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     c0, t0 = cpu_s(psutil.Process(server.proc.pid)), time.perf_counter()
     status, lat = q.get(timeout=duration + 120)
     secs, cpu = time.perf_counter() - t0, cpu_s(psutil.Process(server.proc.pid)) - c0
     w.join()
+    if spy is not None:
+        _, err = spy.communicate(timeout=60)
+        if spy.returncode != 0:
+            raise RuntimeError(f"py-spy failed ({spy.returncode}): {err.decode()[-2000:]}")
     if status != "ok":
         raise RuntimeError(f"{server.name}: {lat}")
     return {"rps": len(lat) / secs, "p50": pct(lat, 0.5) * 1e3, "p99": pct(lat, 0.99) * 1e3,
@@ -270,6 +288,8 @@ def main() -> None:
     ap.add_argument("--modes", nargs="*", default=["json", "stream"], choices=["json", "stream"])
     ap.add_argument("--against", metavar="REF", help="also run the gateway as committed at this git ref (its own pool), "
                     "alternated with the others: a before/after of the gateway in the same run")
+    ap.add_argument("--profile", metavar="PATH", help="py-spy the gateway in the last round at the largest clients level: "
+                    "raw stacks to PATH.<mode>, and a table of its CPU per request by area (PROXY_AREAS)")
     ap.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve_upstream:
@@ -302,8 +322,10 @@ def main() -> None:
                         for name in order:
                             server, ks = sides[name]
                             use = (ks * n)[:n] if name not in ("gateway", "before") else ks[:n]
+                            prof = (Path(f"{args.profile}.{mode}") if args.profile and name == "gateway"
+                                    and r == args.rounds - 1 and n == max(args.clients) else None)
                             res.setdefault((name, mode, n), []).append(
-                                measure(server, use, mode == "stream", args.duration))
+                                measure(server, use, mode == "stream", args.duration, prof))
             stored, exact = recorded(tmp / "gateway.db")
         finally:
             for s in reversed(servers):
@@ -339,6 +361,11 @@ def main() -> None:
             f"{m} {n}: {mean('before', m, n, 'rps'):.0f} -> {mean('gateway', m, n, 'rps'):.0f}, CPU-ms/req "
             f"{mean('before', m, n, 'cpu_ms'):.2f} -> {mean('gateway', m, n, 'cpu_ms'):.2f}"
             for m in args.modes for n in args.clients))
+    for mode in args.modes if args.profile else []:
+        cpu_ms = res[("gateway", mode, max(args.clients))][-1]["cpu_ms"]
+        print(f"gateway CPU by area, {mode}, {max(args.clients)} clients, last round ({cpu_ms:.2f} CPU-ms/req; "
+              f"py-spy stacks in {args.profile}.{mode}):")
+        print(area_table(Path(f"{args.profile}.{mode}").read_text(), cpu_ms, PROXY_AREAS).replace("ms/step", "ms/req"))
     one = min(args.clients)
     added_g = {m: mean("gateway", m, one, "p50") - mean("direct", m, one, "p50") for m in args.modes}
     added_l = {m: mean("litellm", m, one, "p50") - mean("direct", m, one, "p50") for m in args.modes}

@@ -138,6 +138,9 @@ def create_app(pool: Served, backend: PolicyBackend, settings: GatewaySettings |
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            aclose = getattr(backend, "aclose", None)  # the engine / upstream connections of this loop
+            if callable(aclose):
+                await aclose()
 
     app = GatewayApp(
         title="swarmpool gateway",

@@ -337,14 +337,11 @@ class FleetBackend:
                 close()
 
     async def aclose(self) -> None:
+        """Each member's ``aclose``: the connections the running event loop holds (the members stay open)."""
         for r in self._replicas:
             aclose = getattr(r.backend, "aclose", None)
             if callable(aclose):
                 await aclose()
-            else:
-                close = getattr(r.backend, "close", None)
-                if callable(close):
-                    close()
 
 
 # -- following a trainer on another machine ------------------------------------------------------

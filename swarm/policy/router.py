@@ -200,11 +200,8 @@ class PolicyRouter:
                 close()
 
     async def aclose(self) -> None:
+        """Each member's ``aclose``: the connections the running event loop holds (the members stay open)."""
         for b in self._backends:
             aclose = getattr(b, "aclose", None)
             if callable(aclose):
                 await aclose()
-            else:
-                close = getattr(b, "close", None)
-                if callable(close):
-                    close()

@@ -169,8 +169,9 @@ token the server reports (OpenAI: 20).
         self._completions = bool(completions)
         del tool_parser  # the upstream parses its own tool calls (accepted so model configs stay uniform)
         self.base_url = base_url.rstrip("/")
+        self._transport = async_transport(transport)
         self._client = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, transport=async_transport(transport), timeout=httpx.Timeout(timeout_s),
+            base_url=self.base_url, headers=headers, transport=self._transport, timeout=httpx.Timeout(timeout_s),
             limits=LIMITS
         )
         self._max_context = int(max_context)
@@ -184,7 +185,8 @@ token the server reports (OpenAI: 20).
             self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        """Close the connections the running event loop holds (the gateway's lifespan, as its loop ends)."""
+        await self._transport.aclose()
 
     def _model(self, policy: str) -> str:
         if policy not in self._models:

@@ -111,8 +111,8 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         self.model_name = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         timeout = httpx.Timeout(timeout_s)
-        self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=async_transport(transport),
-                                         timeout=timeout,
+        self._transport = async_transport(transport)
+        self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=self._transport, timeout=timeout,
                                          limits=LIMITS)
         sync_transport = transport if isinstance(transport, httpx.BaseTransport) else None
         self._sync = httpx.Client(base_url=self.base_url, headers=headers, transport=sync_transport, timeout=timeout,
@@ -347,8 +347,9 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         (path / "adapter_config.json").write_text(json.dumps(config, indent=1))
 
     async def aclose(self) -> None:
-        await self._client.aclose()
-        self._sync.close()
+        """Close the connections the running event loop holds (the gateway's lifespan, as its loop ends); the backend
+        stays usable (from another loop too) until :meth:`close`."""
+        await self._transport.aclose()
 
     def close(self) -> None:
         """Stop the local server this backend started (``model.base_url: null``); a remote one is left alone."""

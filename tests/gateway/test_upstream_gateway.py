@@ -240,3 +240,33 @@ def test_logprobs_refused_where_the_upstream_has_none(make_gateway: Any, upstrea
     assert upstream.requests == []
     r = client.chat.completions.create(model="opponent", messages=msgs)
     assert r.choices[0].message.content == "heard: hello" and "logprobs" not in upstream.requests[0]["body"]
+
+
+def test_the_upstream_connections_are_aiohttp_per_loop_and_closed_with_the_gateway(make_gateway: Any,
+                                                                                   upstream: Scripted) -> None:
+    """No transport given: calls go over aiohttp (swarm/policy/_http.py), one session per event loop; the gateway's
+    lifespan closes its loop's session as it stops, and the backend keeps serving from another loop afterwards."""
+    import asyncio
+
+    import aiohttp
+
+    from swarm.policy.base import GenerateRequest
+
+    backend = UpstreamBackend(upstream.url, model="big-235b", policies=["opponent"])
+    gw = make_gateway(backend)
+    client, _ = _client(gw)
+    assert client.chat.completions.create(model="opponent", messages=[{"role": "user", "content": "hi"}])
+    (session,) = [t.client for t in backend._transport._by_loop.values()]
+    assert isinstance(session, aiohttp.ClientSession) and not session.closed
+    gw.stop()
+    assert session.closed and not backend._transport._by_loop  # closed by the gateway's lifespan, in its loop
+
+    async def call(text: str) -> str:
+        try:
+            (g,) = await backend.generate(GenerateRequest("opponent", messages=[{"role": "user", "content": text}]))
+            return g.text
+        finally:
+            await backend.aclose()
+
+    assert [asyncio.run(call(t)) for t in ("one", "two")] == ["heard: one", "heard: two"]  # two loops, two sessions
+    assert not backend._transport._by_loop
