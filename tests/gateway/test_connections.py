@@ -46,6 +46,30 @@ def test_slowloris_head_is_disconnected_while_calls_go_on(make_gateway: Any) -> 
     assert gw.http.get("/health").status_code == 200
 
 
+def test_a_request_head_over_the_limit_is_a_400_and_its_connection_closed(make_gateway: Any) -> None:
+    """llhttp has no head limit of its own: the protocol counts a head's bytes, in one read or in many."""
+    gw = make_gateway(max_request_head_bytes=4096)
+    line = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    for pieces in (1, 40):  # the whole head at once, then in 40 writes
+        head = line + b"X-Pad: " + b"a" * 8000 + b"\r\n\r\n"
+        with _raw(gw.url) as s:
+            step = -(-len(head) // pieces)
+            try:
+                for i in range(0, len(head), step):
+                    s.sendall(head[i:i + step])
+                    time.sleep(0.01)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # closed before the rest arrived
+            answer = b""
+            while chunk := s.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400 ") and b"request_head_too_large" in answer, answer[:300]
+    with _raw(gw.url) as s:  # just under the limit: served
+        s.sendall(line + b"X-Pad: " + b"a" * 3000 + b"\r\nConnection: close\r\n\r\n")
+        assert s.recv(65536).startswith(b"HTTP/1.1 200 ")
+    assert gw.http.get("/health").status_code == 200
+
+
 def test_silent_connections_and_slow_bodies_are_closed(make_gateway: Any) -> None:
     gw = make_gateway(**FAST)
     with _raw(gw.url) as idle:  # connects and never says anything
