@@ -233,7 +233,7 @@ AREAS: list[tuple[str, str]] = [  # (area, regex over "function (file)" frames),
                                   r"FastLane\._prepare|FastLane\._read|_messages \(swarm/gateway/calls|normalize_messages"),
     ("step record + handler", r"\(swarm/"),
     ("routing / deps (FastAPI)", r"\(fastapi/|\(starlette/"),
-    ("HTTP server (uvicorn, h11)", r"\(uvicorn/|\(h11/"),
+    ("HTTP server (uvicorn)", r"\(uvicorn/|\(h11/|\(httptools/"),
     ("thread hops (anyio)", r"\(anyio/|\(concurrent/|\(queue\.py|\(threading\.py"),
     ("event loop, sockets", r"\(asyncio/|\(selectors\.py|\(socket\.py"),
 ]
