@@ -92,7 +92,7 @@ serve: setup
 
 # the suite on TEST_WORKERS pytest-xdist workers (a module's tests, and every test of the session's vLLM server, stay
 # on one worker: tests/conftest.py's scheduler); most of a test's time is spent waiting on the servers, flows and processes it
-# starts, so 2 workers on 2 cores took 20.5-24.6 min (five runs here) where one took 57 (CI's log)
+# starts, so 2 workers on 2 cores took 20.5-28.5 min (six runs here) where one took 57 (CI's log)
 TEST_WORKERS ?= 2
 test: setup $(VF_STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
