@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing as mp
 import os
 import re
@@ -40,6 +41,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -180,21 +182,30 @@ def load(url: str, server: psutil.Process, task: str, clients: int, duration: fl
     for w in workers:
         w.start()
     ready.wait()
-    spy = None
-    if profile is not None:  # sampled for the load's duration, not its tail (the last calls finishing)
-        spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "-r", "200",
-                                "--gil", "-f", "raw", "-d", str(max(1, int(duration))), "-p", str(server.pid), "-o", profile],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    c0, t0 = cpu_s(server), time.perf_counter()
-    acked = [sid for _ in workers for sid in q.get()]  # the last call ends a little after the duration
-    secs, cpu = time.perf_counter() - t0, cpu_s(server) - c0
-    for w in workers:
-        w.join()
-    if spy is not None:
-        _, err = spy.communicate(timeout=60)
-        if spy.returncode != 0:
-            raise RuntimeError(f"py-spy failed ({spy.returncode}): {err.decode()[-2000:]}")
+    with py_spy(server.pid, duration, profile):
+        c0, t0 = cpu_s(server), time.perf_counter()
+        acked = [sid for _ in workers for sid in q.get()]  # the last call ends a little after the duration
+        secs, cpu = time.perf_counter() - t0, cpu_s(server) - c0
+        for w in workers:
+            w.join()
     return acked, secs, cpu
+
+
+@contextlib.contextmanager
+def py_spy(pid: int, duration: float, path: str | Path | None) -> Iterator[None]:
+    """py-spy samples ``pid`` (GIL-held samples, 200 Hz, raw collapsed stacks to ``path``) for ``duration`` seconds
+    from the block's start: the load's duration, not its tail (the last calls finishing). Nothing when ``path`` is
+    None; a failed py-spy raises once the block is done."""
+    if path is None:
+        yield
+        return
+    spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "-r", "200", "--gil",
+                            "-f", "raw", "-d", str(max(1, int(duration))), "-p", str(pid), "-o", str(path)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    yield
+    _, err = spy.communicate(timeout=60)
+    if spy.returncode != 0:
+        raise RuntimeError(f"py-spy failed ({spy.returncode}): {err.decode()[-2000:]}")
 
 
 def verify(pool_url: str, task: str, acked: list[str]) -> None:
@@ -249,9 +260,9 @@ def _area(frames: list[str], areas: list[tuple[str, str]]) -> str:
     return "other"
 
 
-def area_table(raw: str, cpu_ms_per_step: float, areas: list[tuple[str, str]] | None = None) -> str:
+def area_table(raw: str, cpu_ms_per_step: float, areas: list[tuple[str, str]] | None = None, unit: str = "step") -> str:
     """A table of py-spy raw (collapsed) stacks by area (``areas``, default :data:`AREAS`): samples, share, and ms per
-    recorded step."""
+    ``unit`` (a recorded step; the proxy bench's request)."""
     areas = AREAS if areas is None else areas
     counts: dict[str, int] = {}
     for line in raw.splitlines():
@@ -263,7 +274,7 @@ def area_table(raw: str, cpu_ms_per_step: float, areas: list[tuple[str, str]] | 
         counts[area] = counts.get(area, 0) + int(n)
     total = sum(counts.values()) or 1
     order = [a for a, _ in areas] + ["other"]
-    lines = [f"  {'area':30s} {'samples':>8s} {'share':>6s} {'ms/step':>8s}"]
+    lines = [f"  {'area':30s} {'samples':>8s} {'share':>6s} {'ms/' + unit:>8s}"]
     for area in order:
         if counts.get(area):
             c = counts[area]

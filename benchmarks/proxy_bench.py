@@ -44,7 +44,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from gateway_bench import AREAS, area_table, cpu_s, export_tree, pct  # noqa: E402
+from gateway_bench import AREAS, area_table, cpu_s, export_tree, pct, py_spy  # noqa: E402
 
 LITELLM_VENV = REPO / ".venv-litellm"
 MESSAGES = [{"role": "system", "content": "You are a helpful agent."},
@@ -242,19 +242,11 @@ def measure(server: Server, keys: list[str | None], stream: bool, duration: floa
     except threading.BrokenBarrierError:
         status, err = q.get(timeout=30)
         raise RuntimeError(f"{server.name}: the load did not start: {err}") from None
-    spy = None
-    if profile is not None:  # as gateway_bench.py --profile: GIL-held samples, 200 Hz, for the load's duration
-        spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "-r", "200",
-                                "--gil", "-f", "raw", "-d", str(max(1, int(duration))), "-p", str(server.proc.pid),
-                                "-o", str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    c0, t0 = cpu_s(psutil.Process(server.proc.pid)), time.perf_counter()
-    status, lat = q.get(timeout=duration + 120)
-    secs, cpu = time.perf_counter() - t0, cpu_s(psutil.Process(server.proc.pid)) - c0
-    w.join()
-    if spy is not None:
-        _, err = spy.communicate(timeout=60)
-        if spy.returncode != 0:
-            raise RuntimeError(f"py-spy failed ({spy.returncode}): {err.decode()[-2000:]}")
+    with py_spy(server.proc.pid, duration, profile):
+        c0, t0 = cpu_s(psutil.Process(server.proc.pid)), time.perf_counter()
+        status, lat = q.get(timeout=duration + 120)
+        secs, cpu = time.perf_counter() - t0, cpu_s(psutil.Process(server.proc.pid)) - c0
+        w.join()
     if status != "ok":
         raise RuntimeError(f"{server.name}: {lat}")
     return {"rps": len(lat) / secs, "p50": pct(lat, 0.5) * 1e3, "p99": pct(lat, 0.99) * 1e3,
@@ -365,7 +357,7 @@ def main() -> None:
         cpu_ms = res[("gateway", mode, max(args.clients))][-1]["cpu_ms"]
         print(f"gateway CPU by area, {mode}, {max(args.clients)} clients, last round ({cpu_ms:.2f} CPU-ms/req; "
               f"py-spy stacks in {args.profile}.{mode}):")
-        print(area_table(Path(f"{args.profile}.{mode}").read_text(), cpu_ms, PROXY_AREAS).replace("ms/step", "ms/req"))
+        print(area_table(Path(f"{args.profile}.{mode}").read_text(), cpu_ms, PROXY_AREAS, unit="req"))
     one = min(args.clients)
     added_g = {m: mean("gateway", m, one, "p50") - mean("direct", m, one, "p50") for m in args.modes}
     added_l = {m: mean("litellm", m, one, "p50") - mean("direct", m, one, "p50") for m in args.modes}
