@@ -20,7 +20,7 @@ from httpx_aiohttp import AiohttpTransport
 
 from swarm.errors import BackendError, ContextLengthError
 
-__all__ = ["raise_for_status", "sse_events", "token_id", "post_json", "backend_error", "LIMITS", "async_transport"]
+__all__ = ["raise_for_status", "sse_events", "token_id", "post_json", "backend_error", "LIMITS", "EngineClient"]
 
 # Every connection to the engine / upstream is kept alive between calls. httpx keeps 20 by default: at more
 # concurrent calls than that, every call past the 20th opened a connection (a name lookup on a worker thread, a TCP
@@ -50,12 +50,14 @@ class _LoopTransport(httpx.AsyncBaseTransport):
         loop = asyncio.get_running_loop()
         transport = self._by_loop.get(loop)
         if transport is None:
-            def session() -> aiohttp.ClientSession:
-                connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=LIMITS.keepalive_expiry)
-                return aiohttp.ClientSession(connector=connector)
-
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=LIMITS.keepalive_expiry)
+            session = aiohttp.ClientSession(connector=connector)
             transport = self._by_loop[loop] = AiohttpTransport(limits=LIMITS, client=session)
         return transport
+
+    def session(self) -> aiohttp.ClientSession:
+        """The running loop's aiohttp session (httpx's calls go over it too)."""
+        return self._for_loop().client  # type: ignore[return-value]
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         return await self._for_loop().handle_async_request(request)
@@ -66,73 +68,152 @@ class _LoopTransport(httpx.AsyncBaseTransport):
             await transport.aclose()
 
 
-def async_transport(transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncBaseTransport:
-    """The transport of the engine / upstream async clients: ``transport`` when given (tests), else aiohttp's."""
-    return transport if transport is not None else _LoopTransport()
+class EngineClient(httpx.AsyncClient):
+    """The async client of one engine / upstream: httpx's API over aiohttp; the generation calls skip httpx.
+
+    Without a ``transport`` (production) every call goes over :class:`_LoopTransport`, and :func:`post_json` and
+    :func:`sse_events` (every generation the gateway forwards) call aiohttp directly with the same URL, headers and
+    timeouts: httpx's request and response objects over aiohttp cost more CPU per call than the aiohttp call itself
+    (docs/gateway.md "Side by side with LiteLLM's proxy"). With a ``transport`` (tests inject ``httpx.MockTransport``)
+    every call goes through httpx to it. Both paths share the error mapping and the SSE line reader.
+    """
+
+    def __init__(self, base_url: str, headers: dict[str, str], timeout_s: float,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._loops = _LoopTransport() if transport is None else None
+        super().__init__(base_url=base_url, headers=headers, transport=transport or self._loops,
+                         timeout=httpx.Timeout(timeout_s), limits=LIMITS)
+        self._url = base_url.rstrip("/")
+        self._post_headers = {**headers, "Content-Type": "application/json"}
+        self._aio_timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
+
+    @property
+    def direct(self) -> bool:
+        """Whether the generation calls go over aiohttp directly (no transport was injected)."""
+        return self._loops is not None
+
+    def post_direct(self, path: str, body: dict[str, Any]) -> Any:
+        """aiohttp's POST of ``body`` as JSON (encoded as httpx encodes it) to ``path``: an async context manager."""
+        assert self._loops is not None, "post_direct needs the aiohttp transport"
+        return self._loops.session().post(self._url + path, data=_json_bytes(body), headers=self._post_headers,
+                                          timeout=self._aio_timeout, allow_redirects=False)
+
+    async def close_loop(self) -> None:
+        """Close the running event loop's connections (the client stays usable from this or another loop)."""
+        if self._loops is not None:
+            await self._loops.aclose()
+
+
+def _json_bytes(body: dict[str, Any]) -> bytes:
+    """A request body as httpx's ``json=`` encodes it (compact, UTF-8, no NaN)."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
 
 _CONTEXT_HINTS = ("context length", "maximum context", "context_length", "too long", "max_model_len")
+# what a failed call raises on either path: httpx's errors, aiohttp's (a timeout is asyncio's TimeoutError)
+_CALL_ERRORS = (httpx.HTTPError, aiohttp.ClientError, asyncio.TimeoutError)
 
 
-def _message(resp: httpx.Response) -> str:
+def _message(content: bytes) -> str:
     try:
-        body = resp.json()
+        body = json.loads(content)
     except ValueError:
-        return resp.text[:500]
+        return content.decode("utf-8", "replace")[:500]
     err = body.get("error", body) if isinstance(body, dict) else body
     if isinstance(err, dict):
         return str(err.get("message") or err.get("detail") or err)[:500]
     return str(err)[:500]
 
 
+def _raise_for(status: int, content: bytes, **context: Any) -> None:
+    """Raise a swarm error for a non-2xx status with this body."""
+    if 200 <= status < 300:
+        return
+    msg = _message(content)
+    if status == 400 and any(h in msg.lower() for h in _CONTEXT_HINTS):
+        raise ContextLengthError(f"upstream: {msg}", **context)
+    raise BackendError(f"upstream answered {status}: {msg}", status=status, **context)
+
+
 def raise_for_status(resp: httpx.Response, **context: Any) -> None:
     """Raise a swarm error for a non-2xx response (after the body was read)."""
-    if resp.is_success:
-        return
-    msg = _message(resp)
-    if resp.status_code == 400 and any(h in msg.lower() for h in _CONTEXT_HINTS):
-        raise ContextLengthError(f"upstream: {msg}", **context)
-    raise BackendError(f"upstream answered {resp.status_code}: {msg}", status=resp.status_code, **context)
+    _raise_for(resp.status_code, resp.content, **context)
 
 
-def backend_error(e: httpx.HTTPError, url: str) -> BackendError:
+def backend_error(e: BaseException, url: str) -> BackendError:
     return BackendError(f"upstream request failed: {type(e).__name__}: {e}", url=url)
+
+
+def _decoded(content: bytes, **context: Any) -> dict[str, Any]:
+    try:
+        return json.loads(content)
+    except ValueError as e:
+        text = content.decode("utf-8", "replace")
+        raise BackendError(f"upstream returned invalid JSON: {text[:200]}", **context) from e
 
 
 async def post_json(client: httpx.AsyncClient, path: str, body: dict[str, Any], **context: Any) -> dict[str, Any]:
     """POST JSON, return the decoded JSON answer; every failure is a swarm error."""
     try:
-        resp = await client.post(path, json=body)
-    except httpx.HTTPError as e:
+        if isinstance(client, EngineClient) and client.direct:
+            async with client.post_direct(path, body) as resp:
+                status, content = resp.status, await resp.read()
+        else:
+            resp = await client.post(path, json=body)
+            status, content = resp.status_code, resp.content
+    except _CALL_ERRORS as e:
         raise backend_error(e, str(client.base_url).rstrip("/") + path) from e
-    raise_for_status(resp, **context)
-    try:
-        return resp.json()
-    except ValueError as e:
-        raise BackendError(f"upstream returned invalid JSON: {resp.text[:200]}", **context) from e
+    _raise_for(status, content, **context)
+    return _decoded(content, **context)
 
 
 async def sse_events(client: httpx.AsyncClient, path: str, body: dict[str, Any], **context: Any) -> AsyncIterator[dict]:
     """POST with ``stream: true`` and yield each ``data:`` JSON event until ``[DONE]``."""
     try:
-        async with client.stream("POST", path, json=body) as resp:
-            if not resp.is_success:
-                await resp.aread()
-                raise_for_status(resp, **context)
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    return
-                try:
-                    event = json.loads(data)
-                except ValueError as e:
-                    raise BackendError(f"upstream sent an invalid event: {data[:200]}", **context) from e
-                if isinstance(event, dict) and "error" in event and "choices" not in event:
-                    raise BackendError(f"upstream stream error: {event['error']}", **context)
-                yield event
-    except httpx.HTTPError as e:
+        if isinstance(client, EngineClient) and client.direct:
+            async with client.post_direct(path, body) as resp:
+                if not 200 <= resp.status < 300:
+                    _raise_for(resp.status, await resp.read(), **context)
+                async for event in _events(_lines(resp.content.iter_any()), **context):
+                    yield event
+        else:
+            async with client.stream("POST", path, json=body) as resp:
+                if not resp.is_success:
+                    await resp.aread()
+                    raise_for_status(resp, **context)
+                async for event in _events(resp.aiter_lines(), **context):
+                    yield event
+    except _CALL_ERRORS as e:
         raise backend_error(e, str(client.base_url).rstrip("/") + path) from e
+
+
+async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """The text lines of a byte stream (``\\n``, ``\\r\\n`` or ``\\r`` ended, as httpx's ``aiter_lines`` splits)."""
+    rest = b""
+    async for chunk in chunks:
+        lines = (rest + chunk).splitlines(keepends=True)
+        rest = lines.pop() if lines and not lines[-1].endswith((b"\n", b"\r")) else b""
+        for line in lines:
+            yield line.rstrip(b"\r\n").decode("utf-8", "replace")
+    if rest:
+        yield rest.decode("utf-8", "replace")
+
+
+async def _events(lines: AsyncIterator[str], **context: Any) -> AsyncIterator[dict]:
+    """The ``data:`` JSON events of SSE lines until ``[DONE]``; an error event is a swarm error."""
+    async for line in lines:
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        try:
+            event = json.loads(data)
+        except ValueError as e:
+            raise BackendError(f"upstream sent an invalid event: {data[:200]}", **context) from e
+        if isinstance(event, dict) and "error" in event and "choices" not in event:
+            raise BackendError(f"upstream stream error: {event['error']}", **context)
+        yield event
 
 
 def token_id(token: Any) -> int | None:

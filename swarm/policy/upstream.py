@@ -60,7 +60,7 @@ import httpx
 
 from swarm.errors import BackendError, ContextLengthError, NotFoundError, SwarmError, ValidationError
 from swarm.lora import LoraSpec
-from swarm.policy._http import LIMITS, async_transport, post_json, sse_events, token_id
+from swarm.policy._http import EngineClient, post_json, sse_events, token_id
 from swarm.policy._upstream_reply import aligned, chat_token_data, norm_tool_calls
 from swarm.policy.base import CLIENT_BODY, GenerateRequest, Generation, StateDict, TokenDelta
 from swarm.policy.chat import LocalTokenizer
@@ -169,11 +169,7 @@ token the server reports (OpenAI: 20).
         self._completions = bool(completions)
         del tool_parser  # the upstream parses its own tool calls (accepted so model configs stay uniform)
         self.base_url = base_url.rstrip("/")
-        self._transport = async_transport(transport)
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, transport=self._transport, timeout=httpx.Timeout(timeout_s),
-            limits=LIMITS
-        )
+        self._client = EngineClient(self.base_url, headers, timeout_s, transport)
         self._max_context = int(max_context)
         self._logprobs = bool(logprobs)
         self.max_top_logprobs = int(max_top_logprobs) if logprobs else 0
@@ -186,7 +182,7 @@ token the server reports (OpenAI: 20).
 
     async def aclose(self) -> None:
         """Close the connections the running event loop holds (the gateway's lifespan, as its loop ends)."""
-        await self._transport.aclose()
+        await self._client.close_loop()
 
     def _model(self, policy: str) -> str:
         if policy not in self._models:

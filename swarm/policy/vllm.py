@@ -32,7 +32,7 @@ from pydantic import Field, model_validator
 
 from swarm.errors import BackendError, ConflictError, ContextLengthError, ValidationError
 from swarm.lora import LoraSpec
-from swarm.policy._http import LIMITS, async_transport, backend_error, post_json, raise_for_status, sse_events, token_id
+from swarm.policy._http import LIMITS, EngineClient, backend_error, post_json, raise_for_status, sse_events, token_id
 from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
 from swarm.policy.chat import LocalTokenizer
 from swarm.policy.constraint import Grammars
@@ -111,9 +111,7 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         self.model_name = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         timeout = httpx.Timeout(timeout_s)
-        self._transport = async_transport(transport)
-        self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=self._transport, timeout=timeout,
-                                         limits=LIMITS)
+        self._client = EngineClient(self.base_url, headers, timeout_s, transport)
         sync_transport = transport if isinstance(transport, httpx.BaseTransport) else None
         self._sync = httpx.Client(base_url=self.base_url, headers=headers, transport=sync_transport, timeout=timeout,
                                   limits=LIMITS)
@@ -349,7 +347,7 @@ class VLLMBackend(LocalTokenizer, VersionTable):
     async def aclose(self) -> None:
         """Close the connections the running event loop holds (the gateway's lifespan, as its loop ends); the backend
         stays usable (from another loop too) until :meth:`close`."""
-        await self._transport.aclose()
+        await self._client.close_loop()
 
     def close(self) -> None:
         """Stop the local server this backend started (``model.base_url: null``); a remote one is left alone."""

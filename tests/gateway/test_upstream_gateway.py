@@ -256,10 +256,11 @@ def test_the_upstream_connections_are_aiohttp_per_loop_and_closed_with_the_gatew
     gw = make_gateway(backend)
     client, _ = _client(gw)
     assert client.chat.completions.create(model="opponent", messages=[{"role": "user", "content": "hi"}])
-    (session,) = [t.client for t in backend._transport._by_loop.values()]
+    loops = backend._client._loops
+    (session,) = [t.client for t in loops._by_loop.values()]
     assert isinstance(session, aiohttp.ClientSession) and not session.closed
     gw.stop()
-    assert session.closed and not backend._transport._by_loop  # closed by the gateway's lifespan, in its loop
+    assert session.closed and not loops._by_loop  # closed by the gateway's lifespan, in its loop
 
     async def call(text: str) -> str:
         try:
@@ -269,4 +270,4 @@ def test_the_upstream_connections_are_aiohttp_per_loop_and_closed_with_the_gatew
             await backend.aclose()
 
     assert [asyncio.run(call(t)) for t in ("one", "two")] == ["heard: one", "heard: two"]  # two loops, two sessions
-    assert not backend._transport._by_loop
+    assert not loops._by_loop

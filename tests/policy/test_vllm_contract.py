@@ -31,6 +31,7 @@ from vllm_protocol import (
 )
 
 from swarm.policy import _http
+from swarm.policy import vllm as vllm_module
 from swarm.policy.base import GenerateRequest, SamplingParams
 from swarm.policy.constraint import request_constraint
 from swarm.policy.vllm import VLLMBackend
@@ -223,7 +224,14 @@ def test_every_field_read_exists_in_vllms_response_model(vllm_backend, fake_vllm
         data = plain_json(self, **kw)
         return _seen(data, "", reads[self.request.url.path]) if self.is_success else data
 
-    monkeypatch.setattr(httpx.Response, "json", json_seen)
+    plain_post = vllm_module.post_json
+
+    async def post_seen(client: Any, path: str, body: dict[str, Any], **context: Any) -> Any:
+        return _seen(await plain_post(client, path, body, **context), "", reads.setdefault("/v1" + path, set()))
+
+    monkeypatch.setattr(httpx.Response, "json", json_seen)  # the sync calls (/v1/models)
+    monkeypatch.setattr(vllm_module, "post_json", post_seen)  # the generation calls' answers, by route
+    monkeypatch.setattr(_http, "_decoded", lambda content, **context: json.loads(content))
     monkeypatch.setattr(_http, "json", SimpleNamespace(loads=lambda s: _seen(json.loads(s), "", reads["stream"])))
     exercise(vllm_backend, fake_vllm)
     assert reads == READ
