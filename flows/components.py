@@ -65,7 +65,7 @@ def start_gateway(pool: Pool, backend: PolicyBackend, gateway: GatewaySection, c
     ``control`` (flows.train's run control) serves ``/v1/control``; ``reward_authority``: the task's reward kind's
     (``task.reward.authority``), below what ``gateway.reward_authority`` sets."""
     stack = start_stack(pool, backend, gateway.settings(reward_authority), host=gateway.host, port=gateway.port,
-                        log_level=gateway.log_level, control=control)
+                        log_level=gateway.log_level, control=control, freeze_heap=True)
     if gateway.follow_versions_s > 0:
         from swarm.policy.fleet import VersionFollower
 

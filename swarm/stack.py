@@ -7,6 +7,7 @@ start the real gateway the same way (uvicorn in a background thread, a free port
 
 from __future__ import annotations
 
+import gc
 import socket
 import threading
 import time
@@ -74,6 +75,7 @@ class Stack:
     backend: PolicyBackend
     server: ServerThread
     extra: dict[str, Any] = field(default_factory=dict)
+    frozen: bool = False  # the process's heap was frozen when this stack started (start_stack's freeze_heap)
 
     @property
     def url(self) -> str:
@@ -81,6 +83,9 @@ class Stack:
 
     def stop(self) -> None:
         self.server.stop()
+        if self.frozen:  # what was alive at the start may be collected again (a test runs many flows in one process)
+            gc.unfreeze()
+            self.frozen = False
 
     def sync_clients(self) -> tuple[frozenset[str], frozenset[str]]:
         """(active, agreed) clients of the pool (every gateway on it), for the C4 / C5 strategies."""
@@ -98,15 +103,24 @@ class Stack:
 
 
 def start_stack(pool: Served, backend: PolicyBackend, settings: Any = None, host: str = "127.0.0.1",
-                port: int = 0, log_level: str = "warning", control: Any = None) -> Stack:
+                port: int = 0, log_level: str = "warning", control: Any = None, freeze_heap: bool = False) -> Stack:
     """Serve ``pool`` + ``backend`` through a real gateway on ``host:port`` (0: a free port), uvicorn at ``log_level``;
-    ``control`` (a :class:`~swarm.control.Control`) serves ``/v1/control``."""
+    ``control`` (a :class:`~swarm.control.Control`) serves ``/v1/control``.
+
+    ``freeze_heap`` (the flows: a process that serves until it ends) moves every object alive once the gateway is up
+    (the libraries, the model, the pool) out of the garbage collector's view until :meth:`Stack.stop`. Each full
+    collection otherwise walked those ~300k objects again: ~120 ms a collection, every ~1,500 calls under load,
+    which was ~13% of the gateway's CPU per call and its p99 latency (docs/gateway.md "What a request costs").
+    """
     from swarm.app import GatewaySettings, create_app
 
     settings = settings or GatewaySettings.from_env()
     settings.check_bind(host)
     app = create_app(pool, backend, settings, control=control)
     server = ServerThread(app, host=host, port=port, log_level=log_level, settings=settings).start()
-    return Stack(pool, backend, server, extra={"app": app})
+    if freeze_heap:
+        gc.collect()
+        gc.freeze()
+    return Stack(pool, backend, server, extra={"app": app}, frozen=freeze_heap)
 
 
