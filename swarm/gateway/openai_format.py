@@ -16,13 +16,14 @@ import uuid
 from typing import Any
 
 from swarm.policy.base import Generation, PolicyBackend
+from swarm.records import new_id
 
 __all__ = ["new_completion_id", "normalize_tool_calls", "chat_logprobs", "chat_response", "chat_chunk",
            "completion_response", "completion_chunk", "completion_logprobs", "usage"]
 
 
 def new_completion_id(kind: str = "chatcmpl") -> str:
-    return f"{kind}-{uuid.uuid4().hex}"
+    return new_id(kind)
 
 
 def normalize_tool_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
