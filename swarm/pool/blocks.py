@@ -35,9 +35,10 @@ import hashlib
 import json
 import sys
 from array import array
+from typing import NamedTuple
 
 __all__ = ["HASH_BYTES", "chain_messages", "unpack_message", "pack_ids", "unpack_ids", "pack_floats", "unpack_floats",
-           "pack_tokens", "unpack_tokens", "pack_logprobs", "cut", "head_of", "split_hashes"]
+           "pack_tokens", "unpack_tokens", "pack_logprobs", "cut", "Cut", "head_of", "split_hashes"]
 
 HASH_BYTES = 16
 CHAIN = b"\x01"  # the byte after a head key in ``block_keys``; also float32 logprobs' trailing byte
@@ -115,29 +116,55 @@ def unpack_tokens(data: bytes | memoryview) -> list[int]:
     return _unpack("H" if data[-1] == 2 else "I", memoryview(data)[:-1])
 
 
-def cut(ids: list[int], block_size: int) -> tuple[list[tuple[bytes, bytes]], bytes]:
+def cut(ids: list[int], block_size: int, known: Cut | None = None) -> Cut:
     """Cut ``ids`` into full blocks ``[(key, packed tokens), ...]`` and a packed tail.
 
     Block ``i``'s predecessor is block ``i - 1`` (none for the first). Keys hash the uint32 form, so a
-    block's key does not depend on the width it is stored in.
+    block's key does not depend on the width it is stored in. ``known``: an earlier cut (of the same conversation's
+    previous step): its blocks over the prefix the two sequences share are taken as they are, not hashed and packed
+    again, so a step costs what it adds, not its whole context.
     """
     data = pack_ids(ids)  # OverflowError for ids beyond uint32, before anything is cut
     step = 4 * block_size
     n_full = len(ids) // block_size
-    blocks: list[tuple[bytes, bytes]] = []
-    prev = b""
-    for i in range(n_full):
+    k = 0 if known is None else _shared_blocks(data, known.data, step, min(n_full, len(known.blocks)))
+    blocks: list[tuple[bytes, bytes]] = known.blocks[:k] if known is not None else []
+    prev = blocks[-1][0] if blocks else b""
+    for i in range(k, n_full):
         chunk = data[i * step : (i + 1) * step]
         prev = hashlib.blake2b(prev + chunk, digest_size=HASH_BYTES, person=_PERSON).digest()
         blocks.append((prev, pack_tokens(ids[i * block_size : (i + 1) * block_size])))
-    return blocks, pack_tokens(ids[n_full * block_size :])
+    return Cut(blocks, pack_tokens(ids[n_full * block_size :]), data)
 
 
-def chain_messages(messages: list) -> list[tuple[bytes, bytes]]:
+class Cut(NamedTuple):
+    """A sequence cut by :func:`cut`: its full blocks, its packed tail, and its uint32 bytes (for a later cut)."""
+
+    blocks: list[tuple[bytes, bytes]]
+    tail: bytes
+    data: bytes
+
+
+def _shared_blocks(data: bytes, known: bytes, step: int, most: int) -> int:
+    """How many leading blocks of ``step`` bytes ``data`` and ``known`` share (at most ``most``): a binary search of
+    prefix comparisons (equal prefixes only grow shorter towards the start)."""
+    if most and data[: most * step] == known[: most * step]:
+        return most
+    lo, hi = 0, most  # data[:lo * step] matches, data[:hi * step] does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if data[: mid * step] == known[: mid * step]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def chain_messages(messages: list, prev: bytes = b"") -> list[tuple[bytes, bytes]]:
     """Chat messages as chained ``[(key, UTF-8 JSON with sorted keys), ...]``: message ``i``'s key hashes
-    message ``i - 1``'s key and its own bytes, so it names the whole history up to it."""
+    message ``i - 1``'s key and its own bytes, so it names the whole history up to it. ``prev``: the key of the
+    message before ``messages[0]`` when a chain is continued (:class:`swarm.pool.prefixes.PrefixMemo`)."""
     out: list[tuple[bytes, bytes]] = []
-    prev = b""
     for m in messages:
         data = json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
         prev = hashlib.blake2b(prev + data, digest_size=HASH_BYTES, person=_MESSAGES).digest()

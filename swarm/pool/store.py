@@ -30,12 +30,12 @@ import sqlalchemy as sa
 from swarm.errors import ConflictError, NotFoundError, ValidationError
 from swarm.pool.agreements import AgreementsMixin
 from swarm.pool.annotate import AnnotateMixin
-from swarm.pool.blocks import chain_messages, cut, head_of, pack_logprobs
+from swarm.pool.blocks import head_of, pack_logprobs
 from swarm.pool.checks import check_page, chunks, coerce, scrub_nul
 from swarm.pool.claims import ClaimsMixin
 from swarm.pool.curations import CurationsMixin
 from swarm.pool.engines import Dialect, engine_section
-from swarm.pool.episodes import EpisodesMixin
+from swarm.pool.episodes import Ended, EpisodeEnding, EpisodesMixin
 from swarm.pool.evals import EvalsMixin
 from swarm.pool.export import ExportMixin
 from swarm.pool.feedback import FeedbackMixin
@@ -44,6 +44,7 @@ from swarm.pool.heads import HeadsMixin
 from swarm.pool.lease import LeaseMixin
 from swarm.pool.lineage import LineageMixin
 from swarm.pool.overview import Overview
+from swarm.pool.prefixes import PrefixMemo
 from swarm.pool.query import JOIN, episode_conditions, step_conditions
 from swarm.pool.rewards import RewardsMixin
 from swarm.pool.rows import ORDERS, digest, read_episode, read_steps, to_episode
@@ -93,6 +94,7 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         # context it shares with earlier steps (nothing ever deletes a block or a message)
         self._known: dict[bytes, None] = {}
         self._known_lock = threading.Lock()
+        self._prefixes = PrefixMemo()
 
     @property
     def overview(self) -> Overview:
@@ -156,16 +158,23 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         self._maybe_analyze(n_new)
         return [s.step_id for s in steps]
 
+    def end_episodes(self, endings: list[EpisodeEnding]) -> list[Ended]:
+        """See :meth:`swarm.pool.episodes.EpisodesMixin.end_episodes`; what was kept of the ended contexts is dropped."""
+        ended = super().end_episodes(endings)
+        for e in ended:
+            self._prefixes.forget(e.episode.episode_id)
+        return ended
+
     def _prepare(self, s: Step) -> dict[str, Any]:
-        try:
-            full, tail = cut(s.prompt_ids + s.response_ids, self.block_size)
+        body = scrub_nul(_body(s))  # model text may hold NUL; the ids below keep it exactly
+        msgs, chained = body.pop("prompt_messages", None), {}
+        try:  # what the episode's previous step already cut is taken, not cut again (swarm/pool/prefixes.py)
+            (full, tail, _), chain = self._prefixes.cut(s.episode_id, s.prompt_ids + s.response_ids, self.block_size,
+                                                        msgs)
         except OverflowError as e:
             raise ValidationError("prompt_ids/response_ids: token ids must be < 2**32", step_id=s.step_id) from e
         keys = [k for k, _ in full]
-        body = scrub_nul(_body(s))  # model text may hold NUL; the ids below keep it exactly
-        msgs, chained = body.pop("prompt_messages", None), {}
         if msgs:  # stored once per conversation, chained: the step names the last one
-            chain = chain_messages(msgs)
             body["prompt_messages_head"] = chain[-1][0].hex()
             mkeys = [k for k, _ in chain]
             chained = {k: {"key": k, "prev": p, "message": m} for (k, m), p in zip(chain, [None, *mkeys], strict=False)}

@@ -34,7 +34,7 @@ def fill(pool: Pool, n_steps: int, days: float = 7.0, seed: int = 0, chunk: int 
     templates = []
     for _ in range(16):
         ids = [rng.randrange(1000) for _ in range(64)]
-        full, _ = cut(ids, pool.block_size)
+        full = cut(ids, pool.block_size).blocks
         templates.append((ids, full))
     with pool._tx(write=True) as c:
         pool.sql.insert_ignore(c, blocks, [{"key": k, "tokens": t} for _, full in templates for k, t in full])

@@ -28,11 +28,11 @@ from swarm.records import Step
 
 
 def test_cut_chains_prefix_hashes():
-    a, tail_a = cut(list(range(10)), 4)
-    b, tail_b = cut(list(range(8)) + [99, 98, 97], 4)
+    a, tail_a, _ = cut(list(range(10)), 4)
+    b, tail_b, _ = cut(list(range(8)) + [99, 98, 97], 4)
     assert [k for k, _ in a[:2]] == [k for k, _ in b[:2]]  # same prefix, same keys
-    c, _ = cut([0, 1, 2, 3, 9, 9, 9, 9], 4)
-    d, _ = cut([1, 1, 1, 1, 9, 9, 9, 9], 4)
+    c, _, _ = cut([0, 1, 2, 3, 9, 9, 9, 9], 4)
+    d, _, _ = cut([1, 1, 1, 1, 9, 9, 9, 9], 4)
     assert c[1][1] == d[1][1] and c[1][0] != d[1][0]  # same tokens, different prefix: different key
     assert [i for _, t in a for i in unpack_tokens(t)] + unpack_tokens(tail_a) == list(range(10))
     assert unpack_tokens(tail_b) == [99, 98, 97]
