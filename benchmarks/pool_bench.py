@@ -1,6 +1,6 @@
 """Pool benchmark (not a test): ingest rate, bytes on disk per step against naive int32 arrays, lease latency.
 
-    python benchmarks/pool_bench.py [--parts ingest,bytes,lease,pages] [--backends sqlite,postgres]
+    python benchmarks/pool_bench.py [--parts ingest,bytes,lease,pages,context] [--backends sqlite,postgres]
                                     [--lease-steps 100000] [--episodes 20] [--block-size 64] [--breakdown]
 
 For SQLite (a fresh file under a temp dir) and PostgreSQL (a fresh database on
@@ -15,6 +15,8 @@ $SWARM_TEST_POSTGRES_URL or, if reachable, postgres@127.0.0.1:5432, dropped afte
     of every table and index (SQLite's ``dbstat``, PostgreSQL's relation sizes) and of the steps
     row's columns. ``--text`` also stores each reply's text and tool call, ``--messages`` each call's
     chat history (``prompt_messages``: the whole conversation again at every step, not deduplicated);
+  - ``context``: CPU-ms per step of ``add_steps`` at 2 / 20 / 80 turns of one conversation, each step cut from
+    scratch and cut from the episode's previous step (``swarm/pool/prefixes.py``), side by side;
   - ``lease``: lease latency p50 / p99 (lease of one group: 2 episodes x 50 turns = 100 steps with
     their tokens; then ack) with N steps in the pool (default 100k), plus one lease with the
     non-zero-variance group filter.
@@ -42,7 +44,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from swarm.pool import Pool, StepFilter  # noqa: E402
-from swarm.records import Episode, Step  # noqa: E402
+from swarm.records import Episode, Source, Step  # noqa: E402
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 NO_DEDUPE = 10**9
@@ -333,6 +335,35 @@ def page_writes(d: str, rounds: int = 3) -> dict[int, dict[str, float]]:
     return res
 
 
+def context_cost(url: str, turns: int, reuse: bool, batches: int = 40, batch: int = 8) -> float:
+    """CPU-ms per step of ``add_steps`` in ``batch``-step batches, each step a conversation at ``turns`` turns
+    (a 2,000-character system prompt, 300-character turns, 80 tokens a turn: the whole context again at every
+    call, as the gateway records it); ``reuse=False`` cuts every step from scratch (a memo that keeps nothing)."""
+    from swarm.pool.prefixes import PrefixMemo
+
+    pool = Pool(url)
+    if not reuse:
+        pool._prefixes = PrefixMemo(capacity=0)
+    eps = [Episode(episode_id=f"ctx-{uuid.uuid4().hex}", task="bench") for _ in range(batch)]
+    pool.add_episodes(eps)
+    msgs = [{"role": "system", "content": "x" * 2000}] + [
+        {"role": "user" if j % 2 == 0 else "assistant", "content": f"turn {j} " + "y" * 300} for j in range(turns)]
+
+    def step(e: Episode, i: int) -> Step:
+        return Step(step_id=f"s-{uuid.uuid4().hex}", episode_id=e.episode_id, index=i, policy="p", policy_version=0,
+                    source=Source.blackbox, prompt_messages=msgs, prompt_ids=list(range(100, 100 + turns * 80)),
+                    response_ids=list(range(200, 245)), response_text="Sure: " * 8, response_logprobs=[-0.25] * 45,
+                    finish_reason="stop", metadata={"kind": "chat", "choice": 0, "n": 1}, timings={"total_s": 0.002})
+
+    work = [[step(e, i) for e in eps] for i in range(batches)]
+    t = time.process_time()
+    for b in work:
+        pool.add_steps(b)
+    cpu = time.process_time() - t
+    pool.close()
+    return 1e3 * cpu / (batches * batch)
+
+
 def run_backend(backend: str, args: argparse.Namespace) -> None:
     print(f"\n== {backend} ==", flush=True)
     parts = args.parts.split(",")
@@ -344,6 +375,11 @@ def run_backend(backend: str, args: argparse.Namespace) -> None:
                       flush=True)
         if "bytes" in parts:
             run_bytes(new_url, args)
+        if "context" in parts:
+            for turns in (2, 20, 80):
+                fresh, memo = context_cost(new_url(), turns, False), context_cost(new_url(), turns, True)
+                print(f"add_steps at {turns:>2} turns (8-step batches): {fresh:.3f} CPU-ms/step cut from scratch, "
+                      f"{memo:.3f} cut from the previous step (x{memo / fresh:.2f})", flush=True)
         if "pages" in parts and backend == "sqlite":
             with tempfile.TemporaryDirectory() as d:
                 for page, r in page_writes(d).items():
@@ -366,7 +402,8 @@ def run_backend(backend: str, args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--parts", default="ingest,bytes,lease", help="which measurements: ingest, bytes, lease, pages (SQLite page size's write cost)")
+    ap.add_argument("--parts", default="ingest,bytes,lease", help="which measurements: ingest, bytes, lease, pages (SQLite page "
+                    "size's write cost), context (a step's write cost against its conversation's length)")
     ap.add_argument("--backends", default="sqlite,postgres")
     ap.add_argument("--lease-steps", type=int, default=100_000)
     ap.add_argument("--episodes", type=int, default=20, help="30-step episodes of the bytes measurement")
