@@ -75,7 +75,7 @@ class Stack:
     backend: PolicyBackend
     server: ServerThread
     extra: dict[str, Any] = field(default_factory=dict)
-    frozen: tuple[int, ...] | None = None  # the collector's thresholds before start_stack's freeze_heap
+    frozen: bool = False  # the process's heap was frozen when this stack started (start_stack's freeze_heap)
 
     @property
     def url(self) -> str:
@@ -83,10 +83,9 @@ class Stack:
 
     def stop(self) -> None:
         self.server.stop()
-        if self.frozen is not None:  # what was alive at the start may be collected again (tests run many flows)
+        if self.frozen:  # what was alive at the start may be collected again (a test runs many flows in one process)
             gc.unfreeze()
-            gc.set_threshold(*self.frozen)
-            self.frozen = None
+            self.frozen = False
 
     def sync_clients(self) -> tuple[frozenset[str], frozenset[str]]:
         """(active, agreed) clients of the pool (every gateway on it), for the C4 / C5 strategies."""
@@ -109,11 +108,9 @@ def start_stack(pool: Served, backend: PolicyBackend, settings: Any = None, host
     ``control`` (a :class:`~swarm.control.Control`) serves ``/v1/control``.
 
     ``freeze_heap`` (the flows: a process that serves until it ends) moves every object alive once the gateway is up
-    (the libraries, the model, the pool) out of the garbage collector's view until :meth:`Stack.stop`, and collects
-    the youngest generation after 10,000 net new objects instead of 700. Each full collection otherwise walked those
-    ~300k objects again (~120 ms, every ~1,500 calls under load: ~13% of the gateway's CPU per call, and its p99
-    latency), and the young ones ran every few calls (~8% more). Cyclic garbage still goes, 10,000 objects at most
-    later (docs/gateway.md "What a request costs").
+    (the libraries, the model, the pool) out of the garbage collector's view until :meth:`Stack.stop`: each full
+    collection otherwise walked those ~300k objects again, every request in flight waiting it out
+    (docs/gateway.md "Side by side with LiteLLM's proxy": p99 at 32 clients 145 -> 33 ms).
     """
     from swarm.app import GatewaySettings, create_app
 
@@ -121,12 +118,9 @@ def start_stack(pool: Served, backend: PolicyBackend, settings: Any = None, host
     settings.check_bind(host)
     app = create_app(pool, backend, settings, control=control)
     server = ServerThread(app, host=host, port=port, log_level=log_level, settings=settings).start()
-    frozen = None
     if freeze_heap:
-        frozen = gc.get_threshold()
         gc.collect()
         gc.freeze()
-        gc.set_threshold(max(frozen[0], 10_000), *frozen[1:])
-    return Stack(pool, backend, server, extra={"app": app}, frozen=frozen)
+    return Stack(pool, backend, server, extra={"app": app}, frozen=freeze_heap)
 
 

@@ -27,7 +27,7 @@ def test_the_heap_is_frozen_while_the_gateway_serves_and_cycles_are_still_collec
     pool = Pool(f"sqlite:///{tmp_path / 'p.db'}")
     stack = start_stack(pool, EchoBackend(), freeze_heap=True)
     try:
-        assert gc.get_freeze_count() > 0 and gc.get_threshold()[0] == max(before[0], 10_000)
+        assert gc.get_freeze_count() > 0
         ep = httpx.post(f"{stack.url}/v1/episodes", json={"task": "t"}).json()
         r = httpx.post(f"{stack.url}/v1/chat/completions", headers={"Authorization": f"Bearer {ep['api_key']}"},
                        json={"model": "default", "messages": [{"role": "user", "content": "hi"}]})
@@ -35,7 +35,7 @@ def test_the_heap_is_frozen_while_the_gateway_serves_and_cycles_are_still_collec
         first = _Node()
         gone = weakref.ref(first)
         del first
-        for _ in range(30_000):  # more than the raised threshold: a young collection runs on its own
+        for _ in range(30_000):  # past the collector's threshold: a young collection runs on its own
             _Node()
         assert gone() is None
     finally:
