@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-UPDATES, ENTRIES = 10, 32
+UPDATES, ENTRIES = 20, 32
 OVERRIDES = ["model=smollm2", "algo.lr=5e-4", "task.max_tokens=8", "task.options.dataset=basic_arithmetic",
              "+task.options.config.basic_arithmetic={min_terms:2,max_terms:2,max_digits:1,operators:['+','-'],"
              "allow_parentheses:false,allow_negation:false}"]
