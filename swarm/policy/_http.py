@@ -51,7 +51,8 @@ class _LoopTransport(httpx.AsyncBaseTransport):
         transport = self._by_loop.get(loop)
         if transport is None:
             connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=LIMITS.keepalive_expiry)
-            session = aiohttp.ClientSession(connector=connector)
+            # trust_env: HTTP(S)_PROXY / NO_PROXY apply to the direct calls as httpx applies them to its own
+            session = aiohttp.ClientSession(connector=connector, trust_env=True)
             transport = self._by_loop[loop] = AiohttpTransport(limits=LIMITS, client=session)
         return transport
 

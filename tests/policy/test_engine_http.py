@@ -75,6 +75,13 @@ def test_both_paths_give_the_same_answers_events_and_errors(server: str) -> None
             await client.close_loop()
             await client.aclose()
 
+    async def honours_proxy_settings(client: EngineClient) -> bool:
+        try:
+            return client._loops.session().trust_env  # HTTP(S)_PROXY / NO_PROXY, as httpx's client honours them
+        finally:
+            await client.close_loop()
+
+    assert asyncio.run(honours_proxy_settings(_clients(server)[0]))
     direct, via_httpx = (asyncio.run(run(c)) for c in _clients(server))
     assert direct == via_httpx
     assert direct[0] == {"got": {"x": "\u00e9", "n": 1}, "auth": "Bearer k"}
