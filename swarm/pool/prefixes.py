@@ -30,10 +30,12 @@ class _Last(NamedTuple):
     cut: Cut
     reprs: list[str]
     chain: list[tuple[bytes, bytes]]
+    nbytes: int  # about the bytes it holds: see _size
 
-    def size(self) -> int:
-        """About the bytes it holds (the token bytes twice: as hashed and as stored; the messages twice)."""
-        return 2 * len(self.cut.data) + 2 * sum(len(m) for _, m in self.chain) + 64 * (len(self.chain) + 1)
+
+def _size(tokens: Cut, chain: list[tuple[bytes, bytes]]) -> int:
+    """About the bytes an entry holds (the token bytes twice: as hashed and as stored; the messages twice)."""
+    return 2 * len(tokens.data) + 2 * sum(len(m) for _, m in chain) + 64 * (len(chain) + 1)
 
 
 class PrefixMemo:
@@ -65,12 +67,12 @@ class PrefixMemo:
             chain = last.chain[:k] if last is not None else []
             chain += chain_messages(messages[k:], chain[-1][0] if chain else b"")
         with self._lock:
-            keep = messages or last is None
-            entry = _Last(block_size, tokens, reprs if keep else last.reprs,  # type: ignore[union-attr]
-                          chain if keep else last.chain)  # type: ignore[union-attr]
+            # a step without messages keeps the last chain for the next one
+            kept = (last.reprs, last.chain) if not messages and last is not None else (reprs, chain)
+            entry = _Last(block_size, tokens, *kept, _size(tokens, kept[1]))
             self._drop(episode_id)
             self._last[episode_id] = entry
-            self._bytes += entry.size()
+            self._bytes += entry.nbytes
             while self._last and (len(self._last) > self.capacity or self._bytes > self.max_bytes):
                 self._drop(next(iter(self._last)))
         return tokens, chain
@@ -78,7 +80,7 @@ class PrefixMemo:
     def _drop(self, episode_id: str) -> None:
         gone = self._last.pop(episode_id, None)
         if gone is not None:
-            self._bytes -= gone.size()
+            self._bytes -= gone.nbytes
 
     def forget(self, episode_id: str) -> None:
         """Drop what is kept for ``episode_id`` (it ended)."""

@@ -57,7 +57,7 @@ def test_it_keeps_at_most_its_capacity_and_bytes_and_forgets_ended_episodes() ->
     assert memo._bytes <= 10_000 or list(memo._last) == ["big"]
     memo.forget("big")
     memo.forget("never seen")
-    assert "big" not in memo._last and memo._bytes == sum(e.size() for e in memo._last.values())
+    assert "big" not in memo._last and memo._bytes == sum(e.nbytes for e in memo._last.values())
 
 
 def test_steps_read_back_exactly_through_the_memo(tmp_path: Path) -> None:
