@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from typing import Any
 
 from swarm.policy.base import Generation, PolicyBackend
+from swarm.policy.toolcalls import new_call_id
 from swarm.records import new_id
 
 __all__ = ["new_completion_id", "normalize_tool_calls", "chat_logprobs", "chat_response", "chat_chunk",
@@ -34,7 +34,7 @@ def normalize_tool_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         args = fn.get("arguments", "")
         if not isinstance(args, str):
             args = json.dumps(args)
-        out.append({"id": c.get("id") or f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+        out.append({"id": c.get("id") or new_call_id(), "type": "function",
                     "function": {"name": str(fn.get("name", "")), "arguments": args}})
     return out
 

@@ -29,13 +29,14 @@ from typing import Any
 
 from swarm.errors import ValidationError
 
-__all__ = ["ToolParser", "TOOL_PARSERS", "get_tool_parser", "split_tool_calls", "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
+__all__ = ["new_call_id", "ToolParser", "TOOL_PARSERS", "get_tool_parser", "split_tool_calls", "TOOL_CALL_OPEN", "TOOL_CALL_CLOSE"]
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 
 
-def _new_id() -> str:
+def new_call_id() -> str:
+    """A fresh tool-call id in OpenAI's shape (``call_`` and 24 hex characters)."""
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
@@ -52,7 +53,7 @@ def _to_call(obj: Any) -> dict[str, Any] | None:
         args_text = args
     else:
         args_text = json.dumps({} if args is None else args, ensure_ascii=False)
-    return {"id": _new_id(), "type": "function", "function": {"name": obj["name"], "arguments": args_text}}
+    return {"id": new_call_id(), "type": "function", "function": {"name": obj["name"], "arguments": args_text}}
 
 
 def _loads(text: str) -> Any:
