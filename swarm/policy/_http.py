@@ -16,6 +16,8 @@ from typing import Any
 
 import aiohttp
 import httpx
+import yarl
+from aiohttp.helpers import get_env_proxy_for_url
 from httpx_aiohttp import AiohttpTransport
 
 from swarm.errors import BackendError, ContextLengthError
@@ -43,7 +45,8 @@ class _LoopTransport(httpx.AsyncBaseTransport):
     :data:`LIMITS`: no cap (aiohttp's ``limit=0``), idle ones closed after ``keepalive_expiry``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, proxy: httpx.Proxy | None = None) -> None:
+        self.proxy = proxy
         self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AiohttpTransport] = weakref.WeakKeyDictionary()
 
     def _for_loop(self) -> AiohttpTransport:
@@ -51,9 +54,10 @@ class _LoopTransport(httpx.AsyncBaseTransport):
         transport = self._by_loop.get(loop)
         if transport is None:
             connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=LIMITS.keepalive_expiry)
-            # trust_env: HTTP(S)_PROXY / NO_PROXY apply to the direct calls as httpx applies them to its own
-            session = aiohttp.ClientSession(connector=connector, trust_env=True)
-            transport = self._by_loop[loop] = AiohttpTransport(limits=LIMITS, client=session)
+            # no trust_env: it made every call look up ~/.netrc and the proxy variables on two worker threads
+            # (EngineClient resolves the proxy once instead)
+            session = aiohttp.ClientSession(connector=connector)
+            transport = self._by_loop[loop] = AiohttpTransport(limits=LIMITS, client=session, proxy=self.proxy)
         return transport
 
     def session(self) -> aiohttp.ClientSession:
@@ -81,7 +85,12 @@ class EngineClient(httpx.AsyncClient):
 
     def __init__(self, base_url: str, headers: dict[str, str], timeout_s: float,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self._loops = _LoopTransport() if transport is None else None
+        # HTTP(S)_PROXY / NO_PROXY for this engine's address, read once (httpx reads them once too)
+        self._proxy, self._proxy_auth = _env_proxy(base_url)
+        proxy = None if self._proxy is None else httpx.Proxy(
+            str(self._proxy), auth=None if self._proxy_auth is None else (self._proxy_auth.login,
+                                                                          self._proxy_auth.password))
+        self._loops = _LoopTransport(proxy) if transport is None else None
         super().__init__(base_url=base_url, headers=headers, transport=transport or self._loops,
                          timeout=httpx.Timeout(timeout_s), limits=LIMITS)
         self._url = base_url.rstrip("/")
@@ -97,12 +106,25 @@ class EngineClient(httpx.AsyncClient):
         """aiohttp's POST of ``body`` as JSON (encoded as httpx encodes it) to ``path``: an async context manager."""
         assert self._loops is not None, "post_direct needs the aiohttp transport"
         return self._loops.session().post(self._url + path, data=_json_bytes(body), headers=self._post_headers,
-                                          timeout=self._aio_timeout, allow_redirects=False)
+                                          timeout=self._aio_timeout, allow_redirects=False, proxy=self._proxy,
+                                          proxy_auth=self._proxy_auth)
 
     async def close_loop(self) -> None:
         """Close the running event loop's connections (the client stays usable from this or another loop)."""
         if self._loops is not None:
             await self._loops.aclose()
+
+
+def _env_proxy(url: str) -> tuple[yarl.URL | None, aiohttp.BasicAuth | None]:
+    """The proxy that ``HTTP(S)_PROXY`` / ``NO_PROXY`` name for ``url`` (and its credentials), or ``(None, None)``.
+
+    Read once, when the client is made, as httpx reads them: aiohttp's ``trust_env`` would read them, and
+    ``~/.netrc``, again on worker threads at every call (two thread hops a generation).
+    """
+    try:
+        return get_env_proxy_for_url(yarl.URL(url))
+    except LookupError:  # none set, or NO_PROXY names this host
+        return None, None
 
 
 def _json_bytes(body: dict[str, Any]) -> bytes:

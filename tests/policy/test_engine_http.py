@@ -75,18 +75,35 @@ def test_both_paths_give_the_same_answers_events_and_errors(server: str) -> None
             await client.close_loop()
             await client.aclose()
 
-    async def honours_proxy_settings(client: EngineClient) -> bool:
-        try:
-            return client._loops.session().trust_env  # HTTP(S)_PROXY / NO_PROXY, as httpx's client honours them
-        finally:
-            await client.close_loop()
-
-    assert asyncio.run(honours_proxy_settings(_clients(server)[0]))
     direct, via_httpx = (asyncio.run(run(c)) for c in _clients(server))
     assert direct == via_httpx
     assert direct[0] == {"got": {"x": "\u00e9", "n": 1}, "auth": "Bearer k"}
     assert direct[1] == EVENTS
     assert direct[2][0] is ContextLengthError and direct[4][0] is BackendError and "503" in direct[4][1]
+
+
+def test_the_proxy_variables_are_read_once_and_honoured_by_every_call(
+        server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def run(client: EngineClient) -> list[Any]:
+        try:  # a generation (aiohttp directly) and another call (httpx's API over the same session)
+            return [await post_json(client, "/echo", {"via": "proxy"}), (await client.post("/echo", json={})).json()]
+        finally:
+            await client.close_loop()
+            await client.aclose()
+
+    # the loopback server stands in for a forward proxy: it gets the absolute-form request for a host that has no
+    # address and answers it; with NO_PROXY naming that host the calls go direct, and fail
+    url = "http://engine.invalid/v1"
+    monkeypatch.setenv("HTTP_PROXY", server.removesuffix("/v1"))
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.setenv("NO_PROXY", "localhost")
+    proxied = EngineClient(url, {"Authorization": "Bearer k"}, 10.0)
+    monkeypatch.setenv("NO_PROXY", "engine.invalid")
+    bypassed = EngineClient(url, {"Authorization": "Bearer k"}, 10.0)
+    monkeypatch.setenv("NO_PROXY", "localhost")  # read when made: a later change does not move a made client
+    assert asyncio.run(run(proxied)) == [{"got": {"via": "proxy"}, "auth": "Bearer k"}, {"got": {}, "auth": "Bearer k"}]
+    with pytest.raises(BackendError, match="upstream request failed"):
+        asyncio.run(run(bypassed))
 
 
 def test_an_unreachable_engine_is_a_backend_error_on_both_paths() -> None:
