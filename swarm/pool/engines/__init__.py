@@ -48,6 +48,10 @@ class Dialect:
     auto_analyze: ClassVar[bool] = False  # the pool refreshes planner statistics as steps arrive (see Database)
     # a write transaction excludes every other writer: no row locks are needed, and callers may queue their writers
     single_writer: ClassVar[bool] = False
+    # short reads may run straight on a DBAPI connection of the calling thread (Database._driver_rows): a local
+    # file answers them in microseconds, and SQLAlchemy's per-call work (pool checkout, BEGIN, execution
+    # context, ROLLBACK) costs several times that
+    driver_reads: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ connecting
     def connect(self, url: str) -> sa.Engine:
