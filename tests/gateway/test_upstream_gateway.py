@@ -11,7 +11,9 @@ never reaches the MLflow params.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,12 +36,15 @@ class Scripted:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.mode = "ok"
+        self.streams: list[str] = []  # "slow" mode: how each stream ended ("finished" or "closed at chunk k")
         app = FastAPI()
 
         @app.post("/v1/chat/completions")
         async def chat(request: Request) -> Any:
             body = await request.json()
             self.requests.append({"auth": request.headers.get("authorization"), "body": body})
+            if self.mode == "slow":  # a long stream, a chunk every 50 ms: it notes whether it was stopped
+                return StreamingResponse(self._slow(body["model"]), media_type="text/event-stream")
             if self.mode != "ok":
                 status = {"bad": 400, "auth": 401, "rate": 429, "down": 503}[self.mode]
                 return JSONResponse({"error": {"message": f"scripted {self.mode} at http://10.0.0.9/internal "
@@ -70,6 +75,20 @@ class Scripted:
 
         self.server = ServerThread(app).start()
         self.url = self.server.url + "/v1"
+
+    async def _slow(self, model: str) -> Any:
+        k = 0
+        try:
+            for k in range(100):
+                chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model,
+                         "choices": [{"index": 0, "delta": {"content": f"w{k} "}, "finish_reason": None}]}
+                yield f"data: {json.dumps(chunk)}\n\n".encode()
+                await asyncio.sleep(0.05)
+            yield b"data: [DONE]\n\n"
+            self.streams.append("finished")
+        finally:
+            if not self.streams or self.streams[-1] != "finished":
+                self.streams.append(f"closed at chunk {k}")
 
 
 def _logprobs(content: str | None, k: int) -> dict[str, Any] | None:
@@ -146,6 +165,24 @@ def test_upstream_errors_map_without_leaking(up_gateway: Any, upstream: Scripted
         assert "scripted bad" in text  # the upstream's reason for refusing the request is the caller's to see
     if mode == "auth":
         assert "credentials" in text and "401" not in text
+
+
+def test_a_client_that_goes_away_mid_stream_stops_the_upstream_stream(up_gateway: Any, upstream: Scripted) -> None:
+    import httpx
+
+    ep = up_gateway.episode()
+    upstream.mode = "slow"
+    with httpx.Client(timeout=10) as client, client.stream(
+            "POST", ep["base_url"] + "/chat/completions", headers={"Authorization": f"Bearer {ep['api_key']}"},
+            json={"model": "opponent", "messages": [{"role": "user", "content": "hi"}], "stream": True}) as r:
+        lines = r.iter_lines()
+        assert [next(lines) for _ in range(4)][2].startswith("data: ")  # a chunk or two arrived
+    # the connection is closed: the gateway closes its upstream stream, long before the upstream's 5 s
+    deadline = time.monotonic() + 4
+    while not upstream.streams and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert upstream.streams and upstream.streams[0].startswith("closed at chunk"), upstream.streams
+    assert int(upstream.streams[0].split()[-1]) < 60
 
 
 def test_stop_limit_and_completions_refused(up_gateway: Any, upstream: Scripted) -> None:
