@@ -8,9 +8,10 @@ create it; it never tests a dialect's name.
 
 from __future__ import annotations
 
+import collections
 import functools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Self
 
@@ -19,7 +20,7 @@ import sqlalchemy as sa
 from swarm.pool.engines import Dialect, engine_section
 from swarm.pool.schema import metadata
 
-__all__ = ["Database", "transaction", "DriverQuery"]
+__all__ = ["Database", "transaction", "DriverConnection"]
 
 
 @contextmanager
@@ -33,37 +34,85 @@ def transaction(engine: sa.Engine, write: bool = False) -> Iterator[sa.Connectio
             yield conn
 
 
-class DriverQuery:
-    """A read statement whose one parameter is an expanding list, run straight on a DBAPI connection.
+class DriverConnection:
+    """``execute(statement, params)`` of a Core statement straight on a DBAPI connection, for the gateway's hot path.
 
-    Compiled by SQLAlchemy once per list length (the driver's SQL and parameter order), and its rows converted by
-    the dialect's own result processors of its columns: the same values as ``Connection.execute(...).mappings()``,
-    without SQLAlchemy's per-call work (docs/pool.md "Driver-level reads").
+    SQLAlchemy compiles each statement once per shape of its parameters (how long each expanding list is, which
+    columns an insert sets) to the driver's SQL and parameter order, and the dialect's own bind and result
+    processors convert the values: the rows written and read are the ones ``sa.Connection.execute`` writes and
+    reads, without its per-call work (execution context, events, result objects), which cost several times the
+    statement itself on a local SQLite file (docs/pool.md "Driver-level statements"). ``params``: a dict (a select,
+    whose lists are expanding parameters), or a list of dicts (an executemany: inserts, updates); a select's rows
+    come back as named tuples.
     """
 
-    def __init__(self, stmt: sa.Select, param: str) -> None:
-        self.stmt, self.param = stmt, param
+    def __init__(self, conn: Any, dialect: sa.Dialect) -> None:
+        self.conn, self.dialect = conn, dialect
 
-    @functools.lru_cache(maxsize=256)  # noqa: B019 - a module-level statement, one entry per (dialect, length)
-    def _compiled(self, dialect: sa.Dialect, n: int) -> tuple[str, list[str], list[Callable[[Any], Any] | None]]:
-        compiled = self.stmt.params({self.param: [None] * n}).compile(
-            dialect=dialect, compile_kwargs={"render_postcompile": True})
-        assert compiled.positiontup is not None and len(compiled.positiontup) == n, "one expanding parameter only"
-        cols = list(self.stmt.selected_columns)
-        return (str(compiled), [c.name for c in cols],
-                [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in cols])
-
-    def rows(self, conn: Any, dialect: sa.Dialect, values: list[Any]) -> list[dict[str, Any]]:
-        """The rows for ``values`` (at most ``IN_CHUNK`` of them) as column name -> value."""
-        sql, names, procs = self._compiled(dialect, len(values))
-        cur = conn.cursor()
+    def run(self, sql: str) -> None:
+        """One statement of plain SQL without parameters (``BEGIN``, ``COMMIT``)."""
+        cur = self.conn.cursor()
         try:
-            cur.execute(sql, values)
-            raw = cur.fetchall()
+            cur.execute(sql)
         finally:
             cur.close()
-        return [{n: v if p is None or v is None else p(v) for n, p, v in zip(names, procs, r, strict=True)}
-                for r in raw]
+
+    def execute(self, stmt: sa.Executable, params: dict[str, Any] | list[dict[str, Any]]) -> list[Any]:
+        """Run ``stmt`` with ``params``; a select's rows (named tuples), else an empty list."""
+        cur = self.conn.cursor()
+        try:
+            if isinstance(params, list):
+                if not params:
+                    return []
+                sql, order, binds, _ = _compiled(stmt, self.dialect, ("many", tuple(params[0])))
+                cur.executemany(sql, [_bound(order, binds, p) for p in params])
+                return []
+            shape = tuple((k, len(v) if isinstance(v, list) else -1) for k, v in params.items())
+            sql, order, binds, row = _compiled(stmt, self.dialect, shape)
+            cur.execute(sql, _bound(order, binds, params))
+            if row is None:
+                return []
+            cls, procs = row
+            return [cls(*(v if p is None or v is None else p(v) for p, v in zip(procs, r, strict=True)))
+                    for r in cur.fetchall()]
+        finally:
+            cur.close()
+
+
+_Order = list[tuple[str, int | None]]
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(stmt: sa.Executable, dialect: sa.Dialect, shape: tuple) -> tuple[str, _Order, list, Any]:
+    """(the driver's SQL, where each positional parameter comes from, its bind processor, the row class and result
+    processors of a select) for ``stmt`` at ``shape``."""
+    if shape and shape[0] == "many":
+        compiled = stmt.compile(dialect=dialect, column_keys=list(shape[1]))
+        expanding: dict[str, int] = {}
+    else:
+        expanding = {k: n for k, n in shape if n >= 0}
+        values = {k: [None] * n if n >= 0 else None for k, n in shape}
+        compiled = stmt.params(values).compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
+    assert compiled.positiontup is not None, "a positional (qmark) driver"
+    order: _Order = []
+    for name in compiled.positiontup:
+        base, _, i = name.rpartition("_")
+        order.append((base, int(i) - 1) if base in expanding else (name, None))
+    binds = [compiled.binds[k].type.dialect_impl(dialect).bind_processor(dialect) for k, _ in order]
+    row = None
+    if isinstance(stmt, sa.Select):
+        cols = list(stmt.selected_columns)
+        cls = collections.namedtuple("Row", [c.name for c in cols], rename=True)  # type: ignore[misc]
+        row = (cls, [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in cols])
+    return str(compiled), order, binds, row
+
+
+def _bound(order: _Order, binds: list, params: dict[str, Any]) -> tuple:
+    out = []
+    for (key, i), proc in zip(order, binds, strict=True):
+        v = params[key] if i is None else params[key][i]
+        out.append(v if proc is None else proc(v))
+    return tuple(out)
 
 
 class Database:
@@ -80,8 +129,6 @@ class Database:
         self._stats_lock = threading.Lock()
         self._new_since_analyze = 0
         self._steps_at_analyze = 0
-        self._drivers = threading.local()  # each thread's own DBAPI connection for _driver_rows
-        self._driver_conns: list[Any] = []
         with self._tx(write=True) as conn:
             metadata.create_all(conn, checkfirst=True)
 
@@ -108,27 +155,37 @@ class Database:
             self._new_since_analyze = 0
         self._analyze()
 
-    def _driver_rows(self, query: DriverQuery, values: list[Any]) -> list[dict[str, Any]] | None:
-        """``query``'s rows for ``values`` read on this thread's own DBAPI connection (one statement, its own
-        snapshot), or None where the engine does not read that way (``Dialect.driver_reads``)."""
-        if not self.sql.driver_reads:
-            return None
-        conn = getattr(self._drivers, "conn", None)
-        if conn is None:  # made once per thread, with the engine's connect settings, outside its pool
-            fairy = self.engine.raw_connection()
-            fairy.detach()
-            conn = self._drivers.conn = fairy.dbapi_connection
-            with self._stats_lock:
-                self._driver_conns.append(conn)
-        return query.rows(conn, self.engine.dialect, values)
+    @contextmanager
+    def _driver_write(self) -> Iterator[DriverConnection]:
+        """One write transaction on a DBAPI connection (``Dialect.driver_begin``: SQLite's takes
+        the write lock up front, as ``_tx(write=True)`` does); a driver error is raised as SQLAlchemy's
+        (``sa.exc.IntegrityError``, ...), as the other path raises it. Only where ``Dialect.driver_sql``."""
+        error = self.engine.dialect.loaded_dbapi.Error
+        with self._driver_conn() as c:
+            try:
+                c.run(self.sql.driver_begin)
+                try:
+                    yield c
+                except BaseException:
+                    if getattr(c.conn, "in_transaction", True):  # some errors end the transaction themselves
+                        c.run("ROLLBACK")
+                    raise
+                c.run("COMMIT")
+            except error as e:
+                raise sa.exc.DBAPIError.instance(None, None, e, error) from e
+
+    @contextmanager
+    def _driver_conn(self) -> Iterator[DriverConnection]:
+        """A DBAPI connection of the engine's own pool (its connect settings, its pool's rules), for one use: a read
+        on it is one statement, its own snapshot. Only where ``Dialect.driver_sql``."""
+        fairy = self.engine.raw_connection()
+        try:
+            yield DriverConnection(fairy.dbapi_connection, self.engine.dialect)
+        finally:
+            fairy.close()  # back to the pool
 
     def close(self) -> None:
         """Close every connection of the engine."""
-        with self._stats_lock:
-            conns, self._driver_conns = self._driver_conns, []
-        for conn in conns:
-            conn.close()
-        self._drivers = threading.local()
         self.engine.dispose()
 
     def __enter__(self) -> Self:

@@ -34,6 +34,7 @@ from swarm.pool.blocks import head_of, pack_logprobs
 from swarm.pool.checks import check_page, chunks, coerce, scrub_nul
 from swarm.pool.claims import ClaimsMixin
 from swarm.pool.curations import CurationsMixin
+from swarm.pool.engine import DriverConnection
 from swarm.pool.engines import Dialect, engine_section
 from swarm.pool.episodes import Ended, EpisodeEnding, EpisodesMixin
 from swarm.pool.evals import EvalsMixin
@@ -64,7 +65,8 @@ _IDS = sa.bindparam("ids", expanding=True)
 _EXISTING = sa.select(S.c.step_id, S.c.digest, S.c.idx).where(S.c.step_id.in_(_IDS))
 _EPISODES = sa.select(E.c.episode_id, E.c.status, E.c.task, E.c.group_id).where(E.c.episode_id.in_(_IDS))
 _TOPS = sa.select(S.c.episode_id, sa.func.max(S.c.idx)).where(S.c.episode_id.in_(_IDS)).group_by(S.c.episode_id)
-_TOUCH = E.update().where(E.c.episode_id.in_(_IDS)).values(updated_at=sa.bindparam("t"))
+_TOUCH = E.update().where(E.c.episode_id == sa.bindparam("eid")).values(updated_at=sa.bindparam("t"))
+_INSERT = S.insert()
 
 
 class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, HeadsMixin, AgreementsMixin,
@@ -146,8 +148,8 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
             return []
         prepared = {sid: self._prepare(s) for sid, s in batch.items()}
         for attempt in range(3):
-            try:
-                with self._tx(write=True) as c:
+            try:  # SQLite: on the driver, the same statements without SQLAlchemy's per-call work (docs/pool.md)
+                with self._driver_write() if self.sql.driver_sql else self._tx(write=True) as c:
                     n_new, written = self._insert_steps(c, batch, prepared, append)
                 self._remember(written)  # committed
                 break
@@ -205,7 +207,7 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
             },
         }
 
-    def _insert_steps(self, c: sa.Connection, batch: dict[str, Step], prepared: dict[str, dict],
+    def _insert_steps(self, c: sa.Connection | DriverConnection, batch: dict[str, Step], prepared: dict[str, dict],
                       append: bool = False) -> tuple[int, list[bytes]]:
         existing: dict[str, tuple[bytes, int]] = {}
         for chunk in chunks(list(batch)):
@@ -251,9 +253,10 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         self.sql.insert_ignore(c, B, block_rows)
         self.sql.insert_ignore(c, M, message_rows)
         if rows:
-            c.execute(S.insert(), rows)
+            c.execute(_INSERT, rows)
         if touched:
-            c.execute(_TOUCH, {"ids": sorted(touched), "t": now()})
+            t = now()
+            c.execute(_TOUCH, [{"eid": e, "t": t} for e in sorted(touched)])
         return len(rows), [r["key"] for r in block_rows] + [r["key"] for r in message_rows]
 
     def _remember(self, keys: list[bytes], capacity: int = 1 << 16) -> None:

@@ -48,10 +48,11 @@ class Dialect:
     auto_analyze: ClassVar[bool] = False  # the pool refreshes planner statistics as steps arrive (see Database)
     # a write transaction excludes every other writer: no row locks are needed, and callers may queue their writers
     single_writer: ClassVar[bool] = False
-    # short reads may run straight on a DBAPI connection of the calling thread (Database._driver_rows): a local
-    # file answers them in microseconds, and SQLAlchemy's per-call work (pool checkout, BEGIN, execution
-    # context, ROLLBACK) costs several times that
-    driver_reads: ClassVar[bool] = False
+    # the gateway's hot statements (episode heads, step writes) run straight on a DBAPI connection of the calling
+    # thread (swarm.pool.engine.DriverConnection): a local file answers them in microseconds, and SQLAlchemy's
+    # per-call work (pool checkout, BEGIN, execution context, result objects) costs several times that
+    driver_sql: ClassVar[bool] = False
+    driver_begin: ClassVar[str] = "BEGIN"  # how such a write transaction starts
 
     # ------------------------------------------------------------------ connecting
     def connect(self, url: str) -> sa.Engine:

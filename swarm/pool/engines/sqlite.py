@@ -33,7 +33,8 @@ class SQLite(Dialect):
 
     name = "sqlite"
     single_writer = True  # BEGIN IMMEDIATE holds the database's write lock: no row locks needed
-    driver_reads = True  # the episode heads a gateway reads at every call (swarm/pool/heads.py)
+    driver_sql = True  # a gateway's episode heads and step writes (swarm/pool/heads.py, store.py)
+    driver_begin = "BEGIN IMMEDIATE"
 
     def __init__(self, busy_timeout_s: Annotated[float, Field(gt=0)] = 60.0, pool_size: Annotated[int, Field(ge=1)] = 8,
                  max_overflow: Annotated[int, Field(ge=0)] = 16, page_size: PageSize = 4096) -> None:
