@@ -1,6 +1,6 @@
 """Pool benchmark (not a test): ingest rate, bytes on disk per step against naive int32 arrays, lease latency.
 
-    python benchmarks/pool_bench.py [--parts ingest,bytes,lease,pages,context] [--backends sqlite,postgres]
+    python benchmarks/pool_bench.py [--parts ingest,bytes,lease,pages,context,driver] [--backends sqlite,postgres]
                                     [--lease-steps 100000] [--episodes 20] [--block-size 64] [--breakdown]
 
 For SQLite (a fresh file under a temp dir) and PostgreSQL (a fresh database on
@@ -17,6 +17,9 @@ $SWARM_TEST_POSTGRES_URL or, if reachable, postgres@127.0.0.1:5432, dropped afte
     chat history (``prompt_messages``: the whole conversation again at every step, not deduplicated);
   - ``context``: CPU-ms per step of ``add_steps`` at 2 / 20 / 80 turns of one conversation, each step cut from
     scratch and cut from the episode's previous step (``swarm/pool/prefixes.py``), side by side;
+  - ``driver`` (SQLite): the gateway's hot statements on the driver and through SQLAlchemy, side by side
+    (``Dialect.driver_sql``): ``add_steps`` of 1 and of 11 two-message chat steps (what a batch holds at one and at
+    32 clients) and ``episode_heads`` of 1 and 5 episodes, CPU-us a call;
   - ``lease``: lease latency p50 / p99 (lease of one group: 2 episodes x 50 turns = 100 steps with
     their tokens; then ack) with N steps in the pool (default 100k), plus one lease with the
     non-zero-variance group filter.
@@ -364,6 +367,42 @@ def context_cost(url: str, turns: int, reuse: bool, batches: int = 40, batch: in
     return 1e3 * cpu / (batches * batch)
 
 
+def driver_cost(url: str, driver_sql: bool, rounds: int = 300) -> dict[str, float]:
+    """CPU-us a call of the gateway's hot pool calls with its statements on the driver or through SQLAlchemy: a batch
+    of 1 and of 11 chat steps (two messages, 24 + 10 tokens, the metadata a recorded call carries) appended to open
+    episodes, and the heads of 1 and 5 of them."""
+    pool = Pool(url)
+    pool.sql.driver_sql = driver_sql
+    eps = [Episode(episode_id=f"drv-{uuid.uuid4().hex}", task="bench") for _ in range(11)]
+    pool.add_episodes(eps)
+    msgs = [{"role": "system", "content": "You are a helpful agent."},
+            {"role": "user", "content": "Please repeat this sentence back to me."}]
+
+    def step(e: Episode) -> Step:
+        return Step(step_id=f"s-{uuid.uuid4().hex}", episode_id=e.episode_id, index=0, policy="p", policy_version=0,
+                    source=Source.blackbox, prompt_messages=msgs, prompt_ids=list(range(100, 124)),
+                    response_ids=list(range(200, 210)), response_text="Sure: please repeat this sentence back to me.",
+                    response_logprobs=[-0.25] * 10, finish_reason="stop",
+                    metadata={"kind": "chat", "call_id": f"chatcmpl-{uuid.uuid4().hex}", "choice": 0, "n": 1},
+                    timings={"prepare_s": 0.001, "generate_s": 0.002, "total_s": 0.003})
+
+    out = {}
+    for n in (1, 11):
+        work = [[step(e) for e in eps[:n]] for _ in range(rounds)]
+        t = time.process_time()
+        for b in work:
+            pool.add_steps(b, append=True)
+        out[f"add_steps x{n}"] = 1e6 * (time.process_time() - t) / rounds
+    for n in (1, 5):
+        ids = [e.episode_id for e in eps[:n]]
+        t = time.process_time()
+        for _ in range(rounds * 10):
+            pool.episode_heads(ids)
+        out[f"episode_heads x{n}"] = 1e6 * (time.process_time() - t) / (rounds * 10)
+    pool.close()
+    return out
+
+
 def run_backend(backend: str, args: argparse.Namespace) -> None:
     print(f"\n== {backend} ==", flush=True)
     parts = args.parts.split(",")
@@ -380,6 +419,11 @@ def run_backend(backend: str, args: argparse.Namespace) -> None:
                 fresh, memo = context_cost(new_url(), turns, False), context_cost(new_url(), turns, True)
                 print(f"add_steps at {turns:>2} turns (8-step batches): {fresh:.3f} CPU-ms/step cut from scratch, "
                       f"{memo:.3f} cut from the previous step (x{memo / fresh:.2f})", flush=True)
+        if "driver" in parts and backend == "sqlite":
+            core, driver = driver_cost(new_url(), False), driver_cost(new_url(), True)
+            for k in core:
+                print(f"{k:17s}: {core[k]:7.1f} CPU-us through SQLAlchemy, {driver[k]:7.1f} on the driver "
+                      f"(x{driver[k] / core[k]:.2f})", flush=True)
         if "pages" in parts and backend == "sqlite":
             with tempfile.TemporaryDirectory() as d:
                 for page, r in page_writes(d).items():
@@ -403,7 +447,8 @@ def run_backend(backend: str, args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", default="ingest,bytes,lease", help="which measurements: ingest, bytes, lease, pages (SQLite page "
-                    "size's write cost), context (a step's write cost against its conversation's length)")
+                    "size's write cost), context (a step's write cost against its conversation's length), driver "
+                    "(SQLite's hot statements on the driver and through SQLAlchemy)")
     ap.add_argument("--backends", default="sqlite,postgres")
     ap.add_argument("--lease-steps", type=int, default=100_000)
     ap.add_argument("--episodes", type=int, default=20, help="30-step episodes of the bytes measurement")
