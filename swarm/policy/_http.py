@@ -85,7 +85,7 @@ class EngineClient(httpx.AsyncClient):
 
     def __init__(self, base_url: str, headers: dict[str, str], timeout_s: float,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
-        # HTTP(S)_PROXY / NO_PROXY for this engine's address, read once (httpx reads them once too)
+        # HTTP(S)_PROXY / NO_PROXY for this engine's address, resolved once (see _env_proxy)
         self._proxy, self._proxy_auth = _env_proxy(base_url)
         proxy = None if self._proxy is None else httpx.Proxy(
             str(self._proxy), auth=None if self._proxy_auth is None else (self._proxy_auth.login,
@@ -118,8 +118,9 @@ class EngineClient(httpx.AsyncClient):
 def _env_proxy(url: str) -> tuple[yarl.URL | None, aiohttp.BasicAuth | None]:
     """The proxy that ``HTTP(S)_PROXY`` / ``NO_PROXY`` name for ``url`` (and its credentials), or ``(None, None)``.
 
-    Read once, when the client is made, as httpx reads them: aiohttp's ``trust_env`` would read them, and
-    ``~/.netrc``, again on worker threads at every call (two thread hops a generation).
+    Resolved by aiohttp's own rules, once, when the client is made (httpx too reads them once): aiohttp's
+    ``trust_env`` resolved them, and looked up ``~/.netrc``, again on worker threads at every call (two thread hops a
+    generation).
     """
     try:
         return get_env_proxy_for_url(yarl.URL(url))

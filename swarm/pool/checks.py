@@ -59,10 +59,13 @@ def scrub_nul(value: Any) -> Any:
     For text a model wrote (a byte-level tokenizer can sample the byte 0) and prompts quoting it; the
     step's token ids keep the exact bytes.
     """
-    if isinstance(value, dict | list) and "\\x00" not in repr(value):
-        # one C-level pass: repr writes a NUL in any string, key or value, as \x00 (text that spells "\x00" itself
-        # is walked too, and comes back unchanged); almost never there, and cheaper to find than with json.dumps
-        return value
+    if isinstance(value, dict | list):
+        try:  # one C-level pass finds whether any string holds NUL (JSON writes it as \u0000); almost never
+            clean = "\\u0000" not in json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError):  # not plain JSON: walk it
+            clean = False
+        if clean:
+            return value
     return _scrub(value)
 
 
@@ -71,6 +74,6 @@ def _scrub(value: Any) -> Any:
         return value.replace("\x00", "\ufffd")
     if isinstance(value, dict):
         return {_scrub(k): _scrub(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):  # a tuple is stored as a JSON list anyway
         return [_scrub(v) for v in value]
     return value

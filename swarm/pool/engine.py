@@ -11,11 +11,12 @@ from __future__ import annotations
 import collections
 import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Self
 
 import sqlalchemy as sa
+from sqlalchemy.sql import visitors
 
 from swarm.pool.engines import Dialect, engine_section
 from swarm.pool.schema import metadata
@@ -37,13 +38,14 @@ def transaction(engine: sa.Engine, write: bool = False) -> Iterator[sa.Connectio
 class DriverConnection:
     """``execute(statement, params)`` of a Core statement straight on a DBAPI connection, for the gateway's hot path.
 
-    SQLAlchemy compiles each statement once per shape of its parameters (how long each expanding list is, which
-    columns an insert sets) to the driver's SQL and parameter order, and the dialect's own bind and result
-    processors convert the values: the rows written and read are the ones ``sa.Connection.execute`` writes and
-    reads, without its per-call work (execution context, events, result objects), which cost several times the
-    statement itself on a local SQLite file (docs/pool.md "Driver-level statements"). ``params``: a dict (a select,
-    whose lists are expanding parameters), or a list of dicts (an executemany: inserts, updates); a select's rows
-    come back as named tuples.
+    SQLAlchemy compiles each statement once per shape of its parameters (which columns an insert sets, how long each
+    expanding list is: rounded up to a power of two by repeating its last value, which leaves an ``IN`` unchanged
+    and bounds the shapes) and says where each of the driver's positional parameters comes from
+    (``construct_expanded_state``); the dialect's own bind and result processors convert the values. So the rows
+    written and read are the ones ``sa.Connection.execute`` writes and reads, without its per-call work (execution
+    context, events, result objects), which cost several times the statement itself on a local SQLite file
+    (docs/pool.md "Driver-level statements"). ``params``: a dict (a select), or a list of dicts (an executemany:
+    inserts, updates); a select's rows come back as named tuples.
     """
 
     def __init__(self, conn: Any, dialect: sa.Dialect) -> None:
@@ -62,57 +64,92 @@ class DriverConnection:
         cur = self.conn.cursor()
         try:
             if isinstance(params, list):
-                if not params:
-                    return []
-                sql, order, binds, _ = _compiled(stmt, self.dialect, ("many", tuple(params[0])))
-                cur.executemany(sql, [_bound(order, binds, p) for p in params])
+                if params:
+                    plan = _plan(stmt, self.dialect, tuple((k, -1) for k in params[0]), True)
+                    cur.executemany(plan.sql, [plan.bind(p) for p in params])
                 return []
-            shape = tuple((k, len(v) if isinstance(v, list) else -1) for k, v in params.items())
-            sql, order, binds, row = _compiled(stmt, self.dialect, shape)
-            cur.execute(sql, _bound(order, binds, params))
-            if row is None:
+            expanding = _expanding(stmt)
+            params = {k: _padded(v) if k in expanding else v for k, v in params.items()}
+            plan = _plan(stmt, self.dialect, tuple((k, len(v) if k in expanding else -1) for k, v in params.items()),
+                         False)
+            cur.execute(plan.sql, plan.bind(params))
+            if plan.row is None:
                 return []
-            cls, procs = row
+            cls, procs = plan.row
             return [cls(*(v if p is None or v is None else p(v) for p, v in zip(procs, r, strict=True)))
                     for r in cur.fetchall()]
         finally:
             cur.close()
 
 
-_Order = list[tuple[str, int | None]]
+class _Slot:
+    """Where a positional parameter's value comes from: ``params[key]``, or its ``index``-th item."""
+
+    __slots__ = ("key", "index")
+
+    def __init__(self, key: str, index: int | None) -> None:
+        self.key, self.index = key, index
 
 
-@functools.lru_cache(maxsize=512)
-def _compiled(stmt: sa.Executable, dialect: sa.Dialect, shape: tuple) -> tuple[str, _Order, list, Any]:
-    """(the driver's SQL, where each positional parameter comes from, its bind processor, the row class and result
-    processors of a select) for ``stmt`` at ``shape``."""
-    if shape and shape[0] == "many":
-        compiled = stmt.compile(dialect=dialect, column_keys=list(shape[1]))
-        expanding: dict[str, int] = {}
-    else:
-        expanding = {k: n for k, n in shape if n >= 0}
-        values = {k: [None] * n if n >= 0 else None for k, n in shape}
-        compiled = stmt.params(values).compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
-    assert compiled.positiontup is not None, "a positional (qmark) driver"
-    order: _Order = []
-    for name in compiled.positiontup:
-        base, _, i = name.rpartition("_")
-        order.append((base, int(i) - 1) if base in expanding else (name, None))
-    binds = [compiled.binds[k].type.dialect_impl(dialect).bind_processor(dialect) for k, _ in order]
+class _Plan:
+    """A statement compiled for one shape: the driver's SQL, each parameter's source and bind processor, and for a
+    select its row class and result processors."""
+
+    def __init__(self, sql: str, sources: list[Any], procs: list[Callable[[Any], Any] | None], row: Any) -> None:
+        self.sql, self.sources, self.procs, self.row = sql, sources, procs, row
+
+    def bind(self, params: dict[str, Any]) -> tuple:
+        out = []
+        for src, proc in zip(self.sources, self.procs, strict=True):
+            if isinstance(src, _Slot):
+                v = params[src.key] if src.index is None else params[src.key][src.index]
+                out.append(v if proc is None else proc(v))
+            else:  # a value the statement itself holds, processed once
+                out.append(src[0])
+        return tuple(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _expanding(stmt: sa.Executable) -> frozenset[str]:
+    """The names of ``stmt``'s expanding (``IN``-list) parameters."""
+    return frozenset(b.key for b in visitors.iterate(stmt) if isinstance(b, sa.BindParameter) and b.expanding)
+
+
+def _padded(values: Any) -> list[Any]:
+    """An ``IN`` list at the next power of two in length, its last value repeated (the same rows match)."""
+    values = list(values)
+    n = 1
+    while n < len(values):
+        n *= 2
+    return values + values[-1:] * (n - len(values)) if values else values
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(stmt: sa.Executable, dialect: sa.Dialect, shape: tuple[tuple[str, int], ...], many: bool) -> _Plan:
+    """``stmt`` compiled for ``shape`` (each parameter's name and list length, -1 for a single value)."""
+    compiled = stmt.compile(dialect=dialect, column_keys=[k for k, _ in shape] if many else None)
+    slots = {k: [_Slot(k, i) for i in range(n)] if n >= 0 else _Slot(k, None) for k, n in shape}
+    state = compiled.construct_expanded_state(slots)
+    assert state.positiontup is not None, "driver_sql needs a positional (qmark) driver"
+    origin = {name: key for key, names in (state.parameter_expansion or {}).items() for name in names}
+    sources: list[Any] = []
+    procs: list[Callable[[Any], Any] | None] = []
+    for name in state.positiontup:
+        bind = compiled.binds[origin.get(name, name)]
+        proc = bind.type.dialect_impl(dialect).bind_processor(dialect)
+        value = state.parameters[name]
+        if isinstance(value, _Slot):
+            sources.append(value)
+            procs.append(proc)
+        else:
+            sources.append((value if proc is None else proc(value),))
+            procs.append(None)
     row = None
     if isinstance(stmt, sa.Select):
         cols = list(stmt.selected_columns)
         cls = collections.namedtuple("Row", [c.name for c in cols], rename=True)  # type: ignore[misc]
         row = (cls, [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in cols])
-    return str(compiled), order, binds, row
-
-
-def _bound(order: _Order, binds: list, params: dict[str, Any]) -> tuple:
-    out = []
-    for (key, i), proc in zip(order, binds, strict=True):
-        v = params[key] if i is None else params[key][i]
-        out.append(v if proc is None else proc(v))
-    return tuple(out)
+    return _Plan(state.statement, sources, procs, row)
 
 
 class Database:
@@ -157,32 +194,31 @@ class Database:
 
     @contextmanager
     def _driver_write(self) -> Iterator[DriverConnection]:
-        """One write transaction on a DBAPI connection (``Dialect.driver_begin``: SQLite's takes
-        the write lock up front, as ``_tx(write=True)`` does); a driver error is raised as SQLAlchemy's
-        (``sa.exc.IntegrityError``, ...), as the other path raises it. Only where ``Dialect.driver_sql``."""
-        error = self.engine.dialect.loaded_dbapi.Error
+        """One write transaction on a DBAPI connection (``Dialect.driver_begin``: SQLite's takes the write lock up
+        front, as ``_tx(write=True)`` does). Only where ``Dialect.driver_sql``."""
         with self._driver_conn() as c:
+            c.run(self.sql.driver_begin)
             try:
-                c.run(self.sql.driver_begin)
-                try:
-                    yield c
-                except BaseException:
-                    if getattr(c.conn, "in_transaction", True):  # some errors end the transaction themselves
-                        c.run("ROLLBACK")
-                    raise
-                c.run("COMMIT")
-            except error as e:
-                raise sa.exc.DBAPIError.instance(None, None, e, error) from e
+                yield c
+            except BaseException:
+                if getattr(c.conn, "in_transaction", True):  # some errors end the transaction themselves
+                    c.run("ROLLBACK")
+                raise
+            c.run("COMMIT")
 
     @contextmanager
     def _driver_conn(self) -> Iterator[DriverConnection]:
         """A DBAPI connection of the engine's own pool (its connect settings, its pool's rules), for one use: a read
-        on it is one statement, its own snapshot. Only where ``Dialect.driver_sql``."""
+        on it is one statement, its own snapshot. A driver's error is raised as SQLAlchemy's (``sa.exc.IntegrityError``,
+        ...), as the other path raises it. Only where ``Dialect.driver_sql``."""
+        error = self.engine.dialect.loaded_dbapi.Error
         fairy = self.engine.raw_connection()
         try:
             yield DriverConnection(fairy.dbapi_connection, self.engine.dialect)
+        except error as e:
+            raise sa.exc.DBAPIError.instance(None, None, e, error) from e
         finally:
-            fairy.close()  # back to the pool
+            fairy.close()  # back to the pool (which rolls back whatever a failure left open)
 
     def close(self) -> None:
         """Close every connection of the engine."""

@@ -94,8 +94,9 @@ def test_the_proxy_variables_are_read_once_and_honoured_by_every_call(
     # the loopback server stands in for a forward proxy: it gets the absolute-form request for a host that has no
     # address and answers it; with NO_PROXY naming that host the calls go direct, and fail
     url = "http://engine.invalid/v1"
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)  # a machine's own settings (lowercase ones win) stay out
     monkeypatch.setenv("HTTP_PROXY", server.removesuffix("/v1"))
-    monkeypatch.delenv("no_proxy", raising=False)
     monkeypatch.setenv("NO_PROXY", "localhost")
     proxied = EngineClient(url, {"Authorization": "Bearer k"}, 10.0)
     monkeypatch.setenv("NO_PROXY", "engine.invalid")

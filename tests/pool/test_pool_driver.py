@@ -97,3 +97,25 @@ def test_heads_see_commits_from_other_threads(pool: Pool) -> None:
     t.start()
     t.join()
     assert pool.episode_heads([ep.episode_id])[ep.episode_id].last_index == 0
+
+
+def test_a_statement_binds_on_the_driver_as_through_sqlalchemy(tmp_path: Path) -> None:
+    from swarm.pool.schema import episodes as E
+
+    pool = Pool(f"sqlite:///{tmp_path / 'p.db'}")
+    try:
+        pool.add_episodes([Episode(episode_id=f"e-{k}", task="t" if k % 3 else "u", created_at=float(k),
+                                   metadata={"k": k}) for k in range(7)])
+        # an expanding list, a scalar parameter named like an expanded one, and a value the statement holds
+        q = (sa.select(E.c.episode_id, E.c.meta).where(E.c.created_at > sa.bindparam("ids_1"))
+             .where(E.c.task == "t").where(E.c.episode_id.in_(sa.bindparam("ids", expanding=True)))
+             .order_by(E.c.episode_id))
+        for ids in (("e-1",), ["e-1", "e-2", "e-4"], [f"e-{k}" for k in range(7)]):  # a tuple; padded to 1, 4, 8
+            with pool._driver_conn() as c:
+                got = [tuple(r) for r in c.execute(q, {"ids": ids, "ids_1": 0.5})]
+            with pool._tx() as c:
+                want = [tuple(r) for r in c.execute(q, {"ids": list(ids), "ids_1": 0.5})]
+            assert got == want and got, ids
+        assert got == [("e-1", {"k": 1}), ("e-2", {"k": 2}), ("e-4", {"k": 4}), ("e-5", {"k": 5})]
+    finally:
+        pool.close()

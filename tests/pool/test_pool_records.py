@@ -59,3 +59,4 @@ def test_scrub_nul_replaces_nul_in_keys_and_values_and_keeps_clean_json_as_is() 
     dirty = {"k\x00": ["x\x00y", {"n": "\x00"}], "lit": "\\u0000"}
     assert scrub_nul(dirty) == {"k\ufffd": ["x\ufffdy", {"n": "\ufffd"}], "lit": "\\u0000"}
     assert scrub_nul({"when": object}) == {"when": object}  # not JSON: walked, unchanged
+    assert scrub_nul({"t": ("a\x00", 1)}) == {"t": ["a\ufffd", 1]}  # a tuple is walked too (stored as a list)

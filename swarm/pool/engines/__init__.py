@@ -48,9 +48,10 @@ class Dialect:
     auto_analyze: ClassVar[bool] = False  # the pool refreshes planner statistics as steps arrive (see Database)
     # a write transaction excludes every other writer: no row locks are needed, and callers may queue their writers
     single_writer: ClassVar[bool] = False
-    # the gateway's hot statements (episode heads, step writes) run straight on a DBAPI connection of the calling
-    # thread (swarm.pool.engine.DriverConnection): a local file answers them in microseconds, and SQLAlchemy's
-    # per-call work (pool checkout, BEGIN, execution context, result objects) costs several times that
+    # the gateway's hot statements (episode heads, step writes) run straight on a DBAPI connection of the engine's
+    # pool (swarm.pool.engine.DriverConnection; the driver must take positional parameters): a local file answers
+    # them in microseconds, and SQLAlchemy's per-call work (execution context, events, result objects) costs
+    # several times that
     driver_sql: ClassVar[bool] = False
     driver_begin: ClassVar[str] = "BEGIN"  # how such a write transaction starts
 
