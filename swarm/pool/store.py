@@ -65,7 +65,7 @@ _IDS = sa.bindparam("ids", expanding=True)
 _EXISTING = sa.select(S.c.step_id, S.c.digest, S.c.idx).where(S.c.step_id.in_(_IDS))
 _EPISODES = sa.select(E.c.episode_id, E.c.status, E.c.task, E.c.group_id).where(E.c.episode_id.in_(_IDS))
 _TOPS = sa.select(S.c.episode_id, sa.func.max(S.c.idx)).where(S.c.episode_id.in_(_IDS)).group_by(S.c.episode_id)
-_TOUCH = E.update().where(E.c.episode_id == sa.bindparam("eid")).values(updated_at=sa.bindparam("t"))
+_TOUCH = E.update().where(E.c.episode_id.in_(_IDS)).values(updated_at=sa.bindparam("t"))
 _INSERT = S.insert()
 
 
@@ -255,8 +255,7 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         if rows:
             c.execute(_INSERT, rows)
         if touched:
-            t = now()
-            c.execute(_TOUCH, [{"eid": e, "t": t} for e in sorted(touched)])
+            c.execute(_TOUCH, {"ids": sorted(touched), "t": now()})
         return len(rows), [r["key"] for r in block_rows] + [r["key"] for r in message_rows]
 
     def _remember(self, keys: list[bytes], capacity: int = 1 << 16) -> None:

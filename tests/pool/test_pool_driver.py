@@ -84,7 +84,11 @@ def test_a_refused_batch_leaves_nothing_and_raises_the_same_errors(tmp_path: Pat
             with pytest.raises(sa.exc.OperationalError, match="no such column"), pool._driver_write() as c:
                 c.execute(sa.select(sa.literal_column("nope")), {})
         assert [s.step_id for s in pool.query_steps(limit=10)] == ["a"]
+        other = episode(pool)
+        before = {e.episode_id: pool.get_episode(e.episode_id).updated_at for e in (ep, other)}
         pool.add_steps([step(ep, index=1, seed=7, step_id="e")])  # the connection is usable after each refusal
+        assert pool.get_episode(ep.episode_id).updated_at > before[ep.episode_id]  # the write touched its episode
+        assert pool.get_episode(other.episode_id).updated_at == before[other.episode_id]  # and no other
         assert pool.episode_heads([ep.episode_id])[ep.episode_id].last_index == 1
     finally:
         pool.close()
