@@ -44,8 +44,8 @@ class DriverConnection:
     (``construct_expanded_state``); the dialect's own bind and result processors convert the values. So the rows
     written and read are the ones ``sa.Connection.execute`` writes and reads, without its per-call work (execution
     context, events, result objects), which cost several times the statement itself on a local SQLite file
-    (docs/pool.md "Driver-level statements"). ``params``: a dict (a select), or a list of dicts (an executemany:
-    inserts, updates); a select's rows come back as named tuples.
+    (docs/pool.md "Driver-level statements"). ``params``: a dict (one statement; the lists of its expanding parameters
+    are ``IN`` lists), or a list of dicts (an executemany); a select's rows come back as named tuples.
     """
 
     def __init__(self, conn: Any, dialect: sa.Dialect) -> None:
