@@ -52,7 +52,9 @@ def serve(cfg: DictConfig) -> None:
         raise SystemExit(f"swarm-serve: {exc}") from None
     print(f"swarm gateway on {stack.url} (policies {backend.policies()}, pool {pool.url})", flush=True)
     print(f"access: {stack.extra['app'].state.gateway.settings.access_summary()}", flush=True)
-    signal.signal(signal.SIGTERM, signal.getsignal(signal.SIGINT))  # SIGTERM stops the server as Ctrl-C does
+    # SIGTERM stops the server as Ctrl-C does, even where Ctrl-C is ignored (a job started in a script's background or
+    # under nohup): copying SIGINT's handler copied "ignore" there, and nothing but SIGKILL stopped the server
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         while stack.server.thread.is_alive():
             stack.server.thread.join(0.5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -32,3 +33,17 @@ def test_serve_refuses_a_mistyped_key_in_one_line(tmp_path: Path) -> None:
                           text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == "config error: model.dely_s: unknown key (did you mean model.delay_s?)"
+
+
+def test_sigterm_stops_a_server_started_with_ctrl_c_ignored(tmp_path: Path) -> None:
+    # a job started in the background of a script, or under nohup, starts with SIGINT ignored: SIGTERM must still stop it
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        gw = spawn("model=echo", f"pool.url=sqlite:///{tmp_path / 'pool.db'}")
+    finally:
+        signal.signal(signal.SIGINT, old)
+    try:
+        gw.proc.send_signal(signal.SIGTERM)
+        assert gw.proc.wait(timeout=30) == 0, gw.log.read_text()[-2000:]
+    finally:
+        gw.stop()
