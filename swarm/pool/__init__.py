@@ -14,6 +14,7 @@ See docs/pool.md for the tour and the storage design.
 """
 
 from swarm.pool.curations import Curation, parse_ref
+from swarm.pool.engine import WriteBusy
 from swarm.pool.engines import ENGINES, Dialect, EngineSection
 from swarm.pool.episodes import Ended, EpisodeEnding
 from swarm.pool.evals import EvalResult, eval_summary, record_run_evals
@@ -45,5 +46,5 @@ __all__ = [
     "Served",
     "StepFilter", "Lease", "Curation", "parse_ref", "EpisodeEnding", "Ended", "EpisodeHead", "RewardOutcome", "AUTHORITY",
     "EvalResult", "eval_summary", "record_run_evals", "Rating", "Correction", "CORRECTION_KEY", "Overview",
-    "ID_LEN", "INT32_MAX", "NAME_LEN",
+    "ID_LEN", "INT32_MAX", "NAME_LEN", "WriteBusy",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -21,7 +22,14 @@ from sqlalchemy.sql import visitors
 from swarm.pool.engines import Dialect, engine_section
 from swarm.pool.schema import metadata
 
-__all__ = ["Database", "transaction", "DriverConnection"]
+__all__ = ["Database", "transaction", "DriverConnection", "WriteBusy"]
+
+log = logging.getLogger("swarm.pool")
+
+
+class WriteBusy(Exception):
+    """A write tried without waiting found another writer holding the lock: nothing was written, try it again with
+    waiting (on a thread)."""
 
 
 @contextmanager
@@ -152,6 +160,9 @@ def _plan(stmt: sa.Executable, dialect: sa.Dialect, shape: tuple[tuple[str, int]
     return _Plan(state.statement, sources, procs, row)
 
 
+NOWAIT_CHECKPOINT_EVERY = 100  # nowait commits between two checkpoints (SQLite's own default: ~1,000 log pages)
+
+
 class Database:
     """An open pool database: its engines, transactions and planner statistics; the Pool's base.
 
@@ -166,6 +177,10 @@ class Database:
         self._stats_lock = threading.Lock()
         self._new_since_analyze = 0
         self._steps_at_analyze = 0
+        self._nowait_lock = threading.Lock()  # one user at a time of the nowait connection
+        self._nowait_fairy: Any = None  # that connection (SQLAlchemy's wrapper, detached from the engine's pool)
+        self._nowait_commits = 0
+        self._checkpointer: threading.Thread | None = None
         with self._tx(write=True) as conn:
             metadata.create_all(conn, checkfirst=True)
 
@@ -192,11 +207,18 @@ class Database:
             self._new_since_analyze = 0
         self._analyze()
 
+    @property
+    def nowait_writes(self) -> bool:
+        """Whether a write can be tried without waiting (``wait=False``): it then never waits for another writer's
+        lock (:class:`WriteBusy` instead) nor checkpoints at commit, so an event loop may run it itself (SQLite)."""
+        return bool(self.sql.nowait_setup)
+
     @contextmanager
-    def _driver_write(self) -> Iterator[DriverConnection]:
+    def _driver_write(self, wait: bool = True) -> Iterator[DriverConnection]:
         """One write transaction on a DBAPI connection (``Dialect.driver_begin``: SQLite's takes the write lock up
-        front, as ``_tx(write=True)`` does). Only where ``Dialect.driver_sql``."""
-        with self._driver_conn() as c:
+        front, as ``_tx(write=True)`` does). Only where ``Dialect.driver_sql``. ``wait=False``: on the nowait
+        connection (:attr:`nowait_writes`); :class:`WriteBusy` when another writer holds the lock."""
+        with self._driver_conn() if wait else self._nowait_conn() as c:
             c.run(self.sql.driver_begin)
             try:
                 yield c
@@ -205,6 +227,51 @@ class Database:
                     c.run("ROLLBACK")
                 raise
             c.run("COMMIT")
+        if not wait:
+            self._nowait_commits += 1
+            if self._nowait_commits % NOWAIT_CHECKPOINT_EVERY == 0:
+                self._checkpoint_soon()
+
+    @contextmanager
+    def _nowait_conn(self) -> Iterator[DriverConnection]:
+        """The one connection set up by ``Dialect.nowait_setup`` (made on first use, kept until :meth:`close`); its
+        errors raised as ``_driver_conn``'s, a busy lock as :class:`WriteBusy`. Another thread using it is busy too."""
+        if not self.nowait_writes:
+            raise ValueError(f"the {self.sql.name} pool engine has no writes without waiting (nowait_writes is False)")
+        if not self._nowait_lock.acquire(blocking=False):
+            raise WriteBusy("another thread is writing on the nowait connection")
+        error = self.engine.dialect.loaded_dbapi.Error
+        try:
+            if self._nowait_fairy is None:
+                fairy = self.engine.raw_connection()
+                fairy.detach()  # ours until close(): the engine's pool opens another in its place
+                cur = fairy.dbapi_connection.cursor()
+                for sql in self.sql.nowait_setup:
+                    cur.execute(sql)
+                cur.close()
+                self._nowait_fairy = fairy
+            yield DriverConnection(self._nowait_fairy.dbapi_connection, self.engine.dialect)
+        except error as e:
+            if self.sql.busy(e):
+                raise WriteBusy(f"another writer holds the lock: {e}") from e
+            raise sa.exc.DBAPIError.instance(None, None, e, error) from e
+        finally:
+            self._nowait_lock.release()
+
+    def _checkpoint_soon(self) -> None:
+        """Checkpoint the log on a thread of the pool's own (the nowait connection never does it at commit), unless
+        one is still running: ``Dialect.checkpoint_sql`` does not wait for readers or writers."""
+        if self._checkpointer is not None and self._checkpointer.is_alive():
+            return
+        self._checkpointer = threading.Thread(target=self._checkpoint, name="swarm-pool-checkpoint", daemon=True)
+        self._checkpointer.start()
+
+    def _checkpoint(self) -> None:
+        try:
+            with self._driver_conn() as c:
+                c.run(self.sql.checkpoint_sql)
+        except Exception:  # noqa: BLE001 - the next one tries again; the log only grows meanwhile
+            log.warning("checkpointing the pool's log failed", exc_info=True)
 
     @contextmanager
     def _driver_conn(self) -> Iterator[DriverConnection]:
@@ -221,7 +288,13 @@ class Database:
             fairy.close()  # back to the pool (which rolls back whatever a failure left open)
 
     def close(self) -> None:
-        """Close every connection of the engine."""
+        """Close every connection of the engine (a running checkpoint finishes first)."""
+        if self._checkpointer is not None:
+            self._checkpointer.join()
+        with self._nowait_lock:
+            if self._nowait_fairy is not None:
+                self._nowait_fairy.close()  # detached: really closed
+                self._nowait_fairy = None
         self.engine.dispose()
 
     def __enter__(self) -> Self:

@@ -128,7 +128,7 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         """Store one step (see :meth:`add_steps`); returns its id."""
         return self.add_steps([step])[0]
 
-    def add_steps(self, steps: list[Step], append: bool = False) -> list[str]:
+    def add_steps(self, steps: list[Step], append: bool = False, wait: bool = True) -> list[str]:
         """Store a batch of steps in one transaction; idempotent on step_id.
 
         Re-adding a step identical to the stored one (rewards aside) is a no-op; a different
@@ -136,7 +136,9 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         (NotFoundError) and be open (ConflictError). Empty ``task`` / ``group_id`` are taken
         from the episode. With ``append``, new steps get their episode's next indices inside
         the write transaction (in batch order, also set on the given Step objects), so several
-        gateways writing one episode never hand out the same index.
+        gateways writing one episode never hand out the same index. ``wait=False`` (only where
+        :attr:`nowait_writes`): :class:`~swarm.pool.engine.WriteBusy`, nothing written, instead of
+        waiting for another writer's lock; an event loop may make such a write itself.
         """
         batch: dict[str, Step] = {}
         for i, s in enumerate(steps):
@@ -149,7 +151,7 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         prepared = {sid: self._prepare(s) for sid, s in batch.items()}
         for attempt in range(3):
             try:  # SQLite: on the driver, the same statements without SQLAlchemy's per-call work (docs/pool.md)
-                with self._driver_write() if self.sql.driver_sql else self._tx(write=True) as c:
+                with self._driver_write(wait) if self.sql.driver_sql or not wait else self._tx(write=True) as c:
                     n_new, written = self._insert_steps(c, batch, prepared, append)
                 self._remember(written)  # committed
                 break

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -185,3 +186,29 @@ def test_two_gateways_one_pool_alternating_turns(make_gateway: Callable[..., Any
     assert b.post(f"/v1/episodes/{steps[0].episode_id}/end", key, json={"reward": 1.0}).status_code == 200
     r = a.chat(key, msgs)
     assert r.status_code == 403 and r.json()["error"]["code"] == "episode_ended"
+
+
+def test_a_writer_holding_the_lock_does_not_stall_the_gateway(gateway: Any) -> None:
+    """SQLite steps are written on the event loop, but never by waiting for another writer's lock there: the call
+    waits on a thread while the gateway goes on answering, and is stored once the lock is free."""
+    import sqlite3
+
+    key = gateway.episode("lock")["api_key"]
+    assert gateway.chat(key, [SYSTEM, {"role": "user", "content": "first"}]).status_code == 200
+    other = sqlite3.connect(gateway.pool.engine.url.database, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another process's writer (a trainer) holds the lock
+        out: dict[str, Any] = {}
+        call = threading.Thread(target=lambda: out.update(r=gateway.chat(key, [SYSTEM, {"role": "user", "content": "x"}])))
+        call.start()
+        time.sleep(0.5)
+        assert call.is_alive()  # its write waits for the lock ...
+        for _ in range(3):  # ... and the gateway answers meanwhile
+            assert gateway.http.get("/v1/models", timeout=5).status_code == 200
+        other.execute("COMMIT")
+        call.join(30)
+        assert out["r"].status_code == 200, out["r"].text
+    finally:
+        other.close()
+    step_id = out["r"].json()["swarm"]["step_id"]
+    assert gateway.pool.get_step(step_id).index == 1

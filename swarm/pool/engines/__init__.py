@@ -54,6 +54,15 @@ class Dialect:
     # several times that
     driver_sql: ClassVar[bool] = False
     driver_begin: ClassVar[str] = "BEGIN"  # how such a write transaction starts
+    # a driver write can be tried *without waiting* (``Database._driver_write(wait=False)``): on a connection these
+    # statements set up so it neither waits for another writer's lock nor checkpoints its log at commit, the two
+    # things that can stall a local file's write for milliseconds; empty: no such writes (the caller uses a thread)
+    nowait_setup: ClassVar[tuple[str, ...]] = ()
+    checkpoint_sql: ClassVar[str] = ""  # copies such a connection's committed log into the database, not waiting
+
+    def busy(self, exc: BaseException) -> bool:
+        """Whether a driver error says another writer holds the lock (a write tried without waiting did nothing)."""
+        return False
 
     # ------------------------------------------------------------------ connecting
     def connect(self, url: str) -> sa.Engine:

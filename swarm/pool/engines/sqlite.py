@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sqlite3
 from typing import Annotated, Any, Literal
 
 import sqlalchemy as sa
@@ -35,6 +36,10 @@ class SQLite(Dialect):
     single_writer = True  # BEGIN IMMEDIATE holds the database's write lock: no row locks needed
     driver_sql = True  # a gateway's episode heads and step writes (swarm/pool/heads.py, store.py)
     driver_begin = "BEGIN IMMEDIATE"
+    # a gateway's step writes run on its event loop (swarm/gateway/state.py): never wait for the lock, never
+    # checkpoint at commit; the pool checkpoints on a thread of its own instead (Database._checkpoint_soon)
+    nowait_setup = ("PRAGMA busy_timeout=0", "PRAGMA wal_autocheckpoint=0")
+    checkpoint_sql = "PRAGMA wal_checkpoint(PASSIVE)"
 
     def __init__(self, busy_timeout_s: Annotated[float, Field(gt=0)] = 60.0, pool_size: Annotated[int, Field(ge=1)] = 8,
                  max_overflow: Annotated[int, Field(ge=0)] = 16, page_size: PageSize = 4096) -> None:
@@ -73,6 +78,10 @@ class SQLite(Dialect):
         @sa.event.listens_for(engine, "begin")
         def _begin(conn: sa.Connection) -> None:
             conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.pop("swarm_write", False) else "BEGIN")
+
+    def busy(self, exc: BaseException) -> bool:
+        code = getattr(exc, "sqlite_errorcode", None)  # extended codes (SQLITE_BUSY_SNAPSHOT, ...) keep the base
+        return code is not None and code & 0xFF == sqlite3.SQLITE_BUSY
 
     def _insert_ignore(self, table: sa.Table) -> sa.Insert:
         return _insert_ignore(table)

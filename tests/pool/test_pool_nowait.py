@@ -1,0 +1,88 @@
+"""Writes tried without waiting (SQLite, ``add_steps(wait=False)``): what a gateway's event loop may run itself.
+
+Such a write must never stall its caller: another writer's lock is :class:`WriteBusy` at once with nothing written
+(the caller then waits on a thread), and a commit never checkpoints the log; the pool checkpoints it on a thread of
+its own every ``NOWAIT_CHECKPOINT_EVERY`` such commits.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from pool_helpers import episode, step
+
+from swarm.pool import Pool, WriteBusy
+from swarm.pool import engine as pool_engine
+
+
+def test_a_held_lock_is_busy_at_once_and_nothing_is_written(tmp_path: Path) -> None:
+    pool = Pool(f"sqlite:///{tmp_path / 'p.db'}")
+    other = sqlite3.connect(tmp_path / "p.db", isolation_level=None)
+    try:
+        assert pool.nowait_writes
+        ep = episode(pool)
+        pool.add_steps([step(ep, index=0, seed=1, step_id="a")], append=True, wait=False)
+        other.execute("BEGIN IMMEDIATE")  # another process's writer
+        t = time.monotonic()
+        with pytest.raises(WriteBusy):
+            pool.add_steps([step(ep, index=1, seed=2, step_id="b")], append=True, wait=False)
+        assert time.monotonic() - t < 1.0  # the pool's busy timeout is 60 s: it did not wait for the lock
+        other.execute("COMMIT")
+        assert [s.step_id for s in pool.query_steps(limit=10)] == ["a"]
+        pool.add_steps([step(ep, index=1, seed=2, step_id="b")], append=True, wait=False)  # the same write, again
+        assert [(s.step_id, s.index) for s in pool.query_steps(limit=10, order="episode")] == [("a", 0), ("b", 1)]
+    finally:
+        other.close()
+        pool.close()
+
+
+def test_a_refused_nowait_write_raises_as_a_waiting_one(tmp_path: Path) -> None:
+    from swarm.errors import NotFoundError
+
+    pool = Pool(f"sqlite:///{tmp_path / 'p.db'}")
+    try:
+        with pytest.raises(NotFoundError):
+            pool.add_steps([step("missing", index=0, seed=3)], append=True, wait=False)
+        ep = episode(pool)
+        pool.add_steps([step(ep, index=0, seed=1, step_id="a")], append=True, wait=False)  # usable after it
+        assert pool.episode_heads([ep.episode_id])[ep.episode_id].last_index == 0
+    finally:
+        pool.close()
+
+
+def _wal_pages(tmp_path: Path, every: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The log's size in pages after 300 one-step commits without waiting, checkpointed every ``every`` of them."""
+    monkeypatch.setattr(pool_engine, "NOWAIT_CHECKPOINT_EVERY", every)
+    db = tmp_path / f"every-{every}.db"
+    pool = Pool(f"sqlite:///{db}")
+    try:
+        ep = episode(pool)
+        for k in range(300):
+            pool.add_steps([step(ep, index=k, seed=k, n_prompt=600)], append=True, wait=False)
+            if pool._checkpointer is not None:
+                pool._checkpointer.join()  # a test's stand-in for a thread that keeps up
+        return Path(f"{db}-wal").stat().st_size // 4096
+    finally:
+        pool.close()
+
+
+def test_commits_never_checkpoint_the_log_the_pool_does_on_its_own_thread(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    never = _wal_pages(tmp_path, 10**9, monkeypatch)
+    assert never > 2000  # twice SQLite's own checkpoint mark (1,000 pages; ~1,030 with it): no commit checkpointed
+    kept = _wal_pages(tmp_path, 20, monkeypatch)
+    assert kept < never / 4  # checkpointed every 20 commits, the log restarts from its start
+
+
+def test_an_engine_without_nowait_writes_refuses_them(tmp_path: Path) -> None:
+    pool = Pool(f"sqlite:///{tmp_path / 'p.db'}")
+    pool.sql.nowait_setup = ()  # as PostgreSQL's: the caller waits on a thread
+    try:
+        assert not pool.nowait_writes
+        with pytest.raises(ValueError, match="nowait_writes is False"):
+            pool.add_steps([step(episode(pool), index=0, seed=1)], wait=False)
+    finally:
+        pool.close()
