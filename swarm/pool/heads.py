@@ -22,14 +22,17 @@ from swarm.pool.schema import episodes as E
 from swarm.pool.schema import steps as S
 from swarm.records import Episode
 
-__all__ = ["EpisodeHead", "HeadsMixin"]
+__all__ = ["EpisodeHead", "HeadsMixin", "LAST_INDEX"]
 
-_LAST_INDEX = (
+# an episode's last step index, per episode row: a correlated max() is one seek at the end of the (episode_id, idx)
+# index, where ``max(idx) ... GROUP BY episode_id`` reads every index entry of the episode (SQLite and PostgreSQL
+# alike: O(the episode's steps) a call; 9.5 ms at 100,000 steps on SQLite)
+LAST_INDEX = (
     sa.select(sa.func.max(S.c.idx)).where(S.c.episode_id == E.c.episode_id).scalar_subquery().label("last_index")
 )
 # built once: SQLAlchemy then reuses its compiled form and cache key (building it per call cost
 # more CPU than running it)
-_HEADS = sa.select(E, _LAST_INDEX).where(E.c.episode_id.in_(sa.bindparam("ids", expanding=True)))
+_HEADS = sa.select(E, LAST_INDEX).where(E.c.episode_id.in_(sa.bindparam("ids", expanding=True)))
 
 
 @dataclass(frozen=True)

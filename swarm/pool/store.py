@@ -41,7 +41,7 @@ from swarm.pool.evals import EvalsMixin
 from swarm.pool.export import ExportMixin
 from swarm.pool.feedback import FeedbackMixin
 from swarm.pool.filter import StepFilter
-from swarm.pool.heads import HeadsMixin
+from swarm.pool.heads import LAST_INDEX, HeadsMixin
 from swarm.pool.lease import LeaseMixin
 from swarm.pool.lineage import LineageMixin
 from swarm.pool.overview import Overview
@@ -64,7 +64,7 @@ __all__ = ["Pool", "open_pool"]
 _IDS = sa.bindparam("ids", expanding=True)
 _EXISTING = sa.select(S.c.step_id, S.c.digest, S.c.idx).where(S.c.step_id.in_(_IDS))
 _EPISODES = sa.select(E.c.episode_id, E.c.status, E.c.task, E.c.group_id).where(E.c.episode_id.in_(_IDS))
-_TOPS = sa.select(S.c.episode_id, sa.func.max(S.c.idx)).where(S.c.episode_id.in_(_IDS)).group_by(S.c.episode_id)
+_TOPS = sa.select(E.c.episode_id, LAST_INDEX).where(E.c.episode_id.in_(_IDS))  # one seek an episode (heads.py)
 _TOUCH = E.update().where(E.c.episode_id.in_(_IDS)).values(updated_at=sa.bindparam("t"))
 _INSERT = S.insert()
 
@@ -223,7 +223,7 @@ class Pool(EpisodesMixin, AnnotateMixin, LeaseMixin, SettleMixin, ExportMixin, H
         next_idx: dict[str, int] = {}
         if append:  # every appended-to episode's next index, in one query for the whole batch
             for chunk in chunks(ep_ids):
-                next_idx.update((e, top + 1) for e, top in c.execute(_TOPS, {"ids": chunk}))
+                next_idx.update((e, top + 1) for e, top in c.execute(_TOPS, {"ids": chunk}) if top is not None)
         rows, block_rows, message_rows, touched = [], {}, {}, set()
         for sid, s in batch.items():
             ep = eps.get(s.episode_id)

@@ -86,3 +86,32 @@ def test_an_engine_without_nowait_writes_refuses_them(tmp_path: Path) -> None:
             pool.add_steps([step(episode(pool), index=0, seed=1)], wait=False)
     finally:
         pool.close()
+
+
+def test_an_append_costs_the_same_at_any_length_of_its_episode(tmp_path: Path) -> None:
+    """The next index is one index seek, not a walk over the episode's steps (SQLite's virtual-machine steps counted:
+    deterministic, unlike a timer)."""
+    pool = Pool(f"sqlite:///{tmp_path / 'p.db'}")
+    try:
+        short, long = episode(pool), episode(pool)
+        pool.add_steps([step(long, index=k, seed=k, n_prompt=2, n_response=1) for k in range(3000)])
+        pool.add_steps([step(short, index=0, seed=1)], append=True, wait=False)  # the nowait connection is made
+        conn = pool._nowait_fairy.dbapi_connection
+        ops = [0]
+
+        def counted() -> int:
+            ops[0] += 1
+            return 0
+
+        conn.set_progress_handler(counted, 10)
+
+        def cost(ep: object, seed: int) -> int:
+            ops[0] = 0
+            pool.add_steps([step(ep, index=0, seed=seed)], append=True, wait=False)
+            return ops[0]
+
+        assert cost(long, 2) <= 1.5 * cost(short, 3)
+        conn.set_progress_handler(None, 0)
+        assert pool.episode_heads([long.episode_id])[long.episode_id].last_index == 3000
+    finally:
+        pool.close()
