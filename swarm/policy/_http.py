@@ -22,7 +22,7 @@ from httpx_aiohttp import AiohttpTransport
 
 from swarm.errors import BackendError, ContextLengthError
 
-__all__ = ["raise_for_status", "sse_events", "token_id", "post_json", "backend_error", "LIMITS", "EngineClient"]
+__all__ = ["raise_for_status", "sse_reads", "token_id", "post_json", "backend_error", "LIMITS", "EngineClient"]
 
 # Every connection to the engine / upstream is kept alive between calls. httpx keeps 20 by default: at more
 # concurrent calls than that, every call past the 20th opened a connection (a name lookup on a worker thread, a TCP
@@ -77,7 +77,7 @@ class EngineClient(httpx.AsyncClient):
     """The async client of one engine / upstream: httpx's API over aiohttp; the generation calls skip httpx.
 
     Without a ``transport`` (production) every call goes over :class:`_LoopTransport`, and :func:`post_json` and
-    :func:`sse_events` (every generation the gateway forwards) call aiohttp directly with the same URL, headers and
+    :func:`sse_reads` (every generation the gateway forwards) call aiohttp directly with the same URL, headers and
     timeouts: httpx's request and response objects over aiohttp cost more CPU per call than the aiohttp call itself
     (docs/gateway.md "Side by side with LiteLLM's proxy"). With a ``transport`` (tests inject ``httpx.MockTransport``)
     every call goes through httpx to it. Both paths share the error mapping and the SSE line reader.
@@ -191,53 +191,70 @@ async def post_json(client: httpx.AsyncClient, path: str, body: dict[str, Any], 
     return _decoded(content, **context)
 
 
-async def sse_events(client: httpx.AsyncClient, path: str, body: dict[str, Any], **context: Any) -> AsyncIterator[dict]:
-    """POST with ``stream: true`` and yield each ``data:`` JSON event until ``[DONE]``."""
+async def sse_reads(client: httpx.AsyncClient, path: str, body: dict[str, Any], **context: Any) -> AsyncIterator[list[dict]]:
+    """POST with ``stream: true``; the ``data:`` JSON events until ``[DONE]``, those of one network read together.
+
+    A reader that keeps up gets one event a read; one that fell behind (a busy gateway) gets what arrived meanwhile
+    in one list, and may relay it as one piece instead of paying a downstream write per event."""
     try:
         if isinstance(client, EngineClient) and client.direct:
             async with client.post_direct(path, body) as resp:
                 if not 200 <= resp.status < 300:
                     _raise_for(resp.status, await resp.read(), **context)
-                async for event in _events(_lines(resp.content.iter_any()), **context):
-                    yield event
+                async for events in _events(_lines(resp.content.iter_any()), **context):
+                    yield events
         else:
             async with client.stream("POST", path, json=body) as resp:
                 if not resp.is_success:
                     await resp.aread()
                     raise_for_status(resp, **context)
-                async for event in _events(resp.aiter_lines(), **context):
-                    yield event
+                async for events in _events(_lines(resp.aiter_bytes()), **context):
+                    yield events
     except _CALL_ERRORS as e:
         raise backend_error(e, str(client.base_url).rstrip("/") + path) from e
 
 
-async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
-    """The text lines of a byte stream (``\\n``, ``\\r\\n`` or ``\\r`` ended, as httpx's ``aiter_lines`` splits)."""
+async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[str]]:
+    """The text lines of a byte stream (``\\n``, ``\\r\\n`` or ``\\r`` ended, as httpx's ``aiter_lines`` splits), those
+    that one chunk completed together."""
     rest = b""
     async for chunk in chunks:
         lines = (rest + chunk).splitlines(keepends=True)
         rest = lines.pop() if lines and not lines[-1].endswith((b"\n", b"\r")) else b""
-        for line in lines:
-            yield line.rstrip(b"\r\n").decode("utf-8", "replace")
+        if lines:
+            yield [line.rstrip(b"\r\n").decode("utf-8", "replace") for line in lines]
     if rest:
-        yield rest.decode("utf-8", "replace")
+        yield [rest.decode("utf-8", "replace")]
 
 
-async def _events(lines: AsyncIterator[str], **context: Any) -> AsyncIterator[dict]:
-    """The ``data:`` JSON events of SSE lines until ``[DONE]``; an error event is a swarm error."""
-    async for line in lines:
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            return
-        try:
-            event = json.loads(data)
-        except ValueError as e:
-            raise BackendError(f"upstream sent an invalid event: {data[:200]}", **context) from e
-        if isinstance(event, dict) and "error" in event and "choices" not in event:
-            raise BackendError(f"upstream stream error: {event['error']}", **context)
-        yield event
+async def _events(groups: AsyncIterator[list[str]], **context: Any) -> AsyncIterator[list[dict]]:
+    """The ``data:`` JSON events of groups of SSE lines (a group's together) until ``[DONE]``; an error event is a
+    swarm error."""
+    async for lines in groups:
+        events = []
+        for line in lines:
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                if events:
+                    yield events
+                return
+            try:
+                event = json.loads(data)
+            except ValueError as e:
+                event, error = None, BackendError(f"upstream sent an invalid event: {data[:200]}", **context)
+                error.__cause__ = e
+            else:
+                bad = isinstance(event, dict) and "error" in event and "choices" not in event
+                error = BackendError(f"upstream stream error: {event['error']}", **context) if bad else None
+            if error is not None:
+                if events:  # what came before it is relayed first, as it would have been alone
+                    yield events
+                raise error
+            events.append(event)
+        if events:
+            yield events
 
 
 def token_id(token: Any) -> int | None:

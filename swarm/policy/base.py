@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from swarm.errors import SwarmError
 
-__all__ = ["SamplingParams", "GenerateRequest", "Generation", "TokenDelta", "PolicyBackend", "VersionTable",
+__all__ = ["SamplingParams", "GenerateRequest", "Generation", "TokenDelta", "coalesced", "PolicyBackend", "VersionTable",
            "vocab_size", "CLIENT_BODY", "StateDict"]
 
 StateDict = dict[str, "torch.Tensor"]  # weights by parameter name: a peft adapter's, or a (partial) model's
@@ -105,6 +105,30 @@ class TokenDelta:
     text: str
     top_logprobs: list[list[tuple[int, float]]] | None = None
     logprobs_content: list[dict[str, Any]] | None = None  # as on Generation
+
+
+def coalesced(deltas: list[TokenDelta]) -> list[TokenDelta]:
+    """Each choice's deltas as one where they can join (the same kinds of logprobs), in order of their choices' first.
+
+    A streaming backend hands the gateway what one network read brought this way: a stream relayed by a busy gateway
+    then costs a chunk per read, not per token, and every token, logprob and character is still sent once, in order.
+    """
+    out: list[TokenDelta] = []
+    open_at: dict[int, int] = {}  # choice -> where in ``out`` its last delta is
+    for d in deltas:
+        k = open_at.get(d.index)
+        last = out[k] if k is not None else None
+        if last is not None and all((getattr(last, f) is None) == (getattr(d, f) is None) for f in _JOINED):
+            out[k] = TokenDelta(index=d.index, token_ids=last.token_ids + d.token_ids, text=last.text + d.text,
+                                **{f: None if getattr(d, f) is None else getattr(last, f) + getattr(d, f)
+                                   for f in _JOINED})
+        else:
+            open_at[d.index] = len(out)
+            out.append(d)
+    return out
+
+
+_JOINED = ("logprobs", "top_logprobs", "logprobs_content")
 
 
 @runtime_checkable

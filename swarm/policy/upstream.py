@@ -60,9 +60,9 @@ import httpx
 
 from swarm.errors import BackendError, ContextLengthError, NotFoundError, SwarmError, ValidationError
 from swarm.lora import LoraSpec
-from swarm.policy._http import EngineClient, post_json, sse_events, token_id
+from swarm.policy._http import EngineClient, post_json, sse_reads, token_id
 from swarm.policy._upstream_reply import aligned, chat_token_data, norm_tool_calls
-from swarm.policy.base import CLIENT_BODY, GenerateRequest, Generation, StateDict, TokenDelta
+from swarm.policy.base import CLIENT_BODY, GenerateRequest, Generation, StateDict, TokenDelta, coalesced
 from swarm.policy.chat import LocalTokenizer
 from swarm.policy.settings import BACKENDS, BackendSection
 from swarm.settings import derive
@@ -350,10 +350,10 @@ token the server reports (OpenAI: 20).
             text = text.replace(self._api_key, "***")
         return _URL.sub("<url>", text)
 
-    async def _mapped(self, events: AsyncIterator[dict]) -> AsyncIterator[dict]:
+    async def _mapped(self, reads: AsyncIterator[list[dict]]) -> AsyncIterator[list[dict]]:
         try:
-            async for event in events:
-                yield event
+            async for events in reads:
+                yield events
         except SwarmError as exc:
             raise self._error(exc, exc.context.get("policy", "")) from None
 
@@ -396,43 +396,47 @@ token the server reports (OpenAI: 20).
         acc: dict[int, dict[str, Any]] = {}
         prompt_ids: list[int] = list(request.prompt_ids or []) if not chat else []
         usage: dict[str, Any] | None = None
-        async for event in self._mapped(sse_events(self._client, path, body, policy=request.policy)):
-            prompt_ids = list(event.get("prompt_token_ids") or prompt_ids)
-            usage = _usage(event.get("usage")) or usage  # the final usage chunk (or vLLM's running stats)
-            for ch in event.get("choices") or []:
-                i = int(ch.get("index", 0))
-                a = acc.setdefault(i, {"text": "", "ids": [], "lps": [], "has_lps": False, "entries": None, "calls": {},
-                                      "finish": None})
-                prompt_ids = list(ch.get("prompt_token_ids") or prompt_ids)
-                if chat:
-                    delta = ch.get("delta") or {}
-                    text = delta.get("content") or ""
-                    ids, lps, entries = chat_token_data(ch.get("logprobs"))
-                    for tc in delta.get("tool_calls") or []:
-                        slot = a["calls"].setdefault(tc.get("index", 0), {"id": None, "name": "", "arguments": ""})
-                        slot["id"] = tc.get("id") or slot["id"]
-                        fn = tc.get("function") or {}
-                        slot["name"] += fn.get("name") or ""
-                        slot["arguments"] += fn.get("arguments") or ""
-                else:
-                    text = ch.get("text") or ""
-                    lp = ch.get("logprobs") or {}
-                    lps = [float(x) for x in lp.get("token_logprobs") or []] or None
-                    ids = [t for t in (token_id(x) for x in lp.get("tokens") or []) if t is not None]
-                    entries = None
-                if ch.get("token_ids"):
-                    ids = list(ch["token_ids"])
-                a["text"] += text
-                a["ids"] += ids
-                if lps:
-                    a["lps"] += lps
-                    a["has_lps"] = True
-                if entries:
-                    a["entries"] = (a["entries"] or []) + entries
-                a["finish"] = ch.get("finish_reason") or a["finish"]
-                if text or ids or entries:
-                    yield TokenDelta(index=i, token_ids=ids, logprobs=aligned(ids, lps), text=text,
-                                     logprobs_content=entries or None)
+        async for events in self._mapped(sse_reads(self._client, path, body, policy=request.policy)):
+            deltas: list[TokenDelta] = []  # those of one network read: relayed together (coalesced)
+            for event in events:
+                prompt_ids = list(event.get("prompt_token_ids") or prompt_ids)
+                usage = _usage(event.get("usage")) or usage  # the final usage chunk (or vLLM's running stats)
+                for ch in event.get("choices") or []:
+                    i = int(ch.get("index", 0))
+                    a = acc.setdefault(i, {"text": "", "ids": [], "lps": [], "has_lps": False, "entries": None, "calls": {},
+                                          "finish": None})
+                    prompt_ids = list(ch.get("prompt_token_ids") or prompt_ids)
+                    if chat:
+                        delta = ch.get("delta") or {}
+                        text = delta.get("content") or ""
+                        ids, lps, entries = chat_token_data(ch.get("logprobs"))
+                        for tc in delta.get("tool_calls") or []:
+                            slot = a["calls"].setdefault(tc.get("index", 0), {"id": None, "name": "", "arguments": ""})
+                            slot["id"] = tc.get("id") or slot["id"]
+                            fn = tc.get("function") or {}
+                            slot["name"] += fn.get("name") or ""
+                            slot["arguments"] += fn.get("arguments") or ""
+                    else:
+                        text = ch.get("text") or ""
+                        lp = ch.get("logprobs") or {}
+                        lps = [float(x) for x in lp.get("token_logprobs") or []] or None
+                        ids = [t for t in (token_id(x) for x in lp.get("tokens") or []) if t is not None]
+                        entries = None
+                    if ch.get("token_ids"):
+                        ids = list(ch["token_ids"])
+                    a["text"] += text
+                    a["ids"] += ids
+                    if lps:
+                        a["lps"] += lps
+                        a["has_lps"] = True
+                    if entries:
+                        a["entries"] = (a["entries"] or []) + entries
+                    a["finish"] = ch.get("finish_reason") or a["finish"]
+                    if text or ids or entries:
+                        deltas.append(TokenDelta(index=i, token_ids=ids, logprobs=aligned(ids, lps), text=text,
+                                                 logprobs_content=entries or None))
+            for d in coalesced(deltas):
+                yield d
         if not acc:
             raise BackendError("upstream stream ended without choices", policy=request.policy)
         for i in sorted(acc):

@@ -32,8 +32,8 @@ from pydantic import Field, model_validator
 
 from swarm.errors import BackendError, ConflictError, ContextLengthError, ValidationError
 from swarm.lora import LoraSpec
-from swarm.policy._http import LIMITS, EngineClient, backend_error, post_json, raise_for_status, sse_events, token_id
-from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable
+from swarm.policy._http import LIMITS, EngineClient, backend_error, post_json, raise_for_status, sse_reads, token_id
+from swarm.policy.base import GenerateRequest, Generation, TokenDelta, VersionTable, coalesced
 from swarm.policy.chat import LocalTokenizer
 from swarm.policy.constraint import Grammars
 from swarm.policy.settings import BACKENDS, WeightsSection
@@ -272,21 +272,26 @@ class VLLMBackend(LocalTokenizer, VersionTable):
         name, version = self._acquire(request.policy)
         acc: dict[int, dict[str, Any]] = {}
         try:
-            async for event in sse_events(self._client, "/completions", {"model": name, **body}, policy=request.policy):
-                self._check_served(event, name, request.policy, prompt_ids)
-                for ch in event.get("choices") or []:
-                    i = int(ch.get("index", 0))
-                    a = acc.setdefault(i, {"text": "", "ids": [], "lps": [], "tops": [], "finish": None})
-                    ids, lps = _choice_tokens(ch)
-                    tops = _choice_tops(ch, request.sampling.top_logprobs)
-                    a["tops"] += tops or []
-                    text = ch.get("text") or ""
-                    a["text"] += text
-                    a["ids"] += ids
-                    a["lps"] += lps or []
-                    a["finish"] = ch.get("finish_reason") or a["finish"]
-                    if ids or text:
-                        yield TokenDelta(index=i, token_ids=ids, logprobs=lps, text=text, top_logprobs=tops)
+            reads = sse_reads(self._client, "/completions", {"model": name, **body}, policy=request.policy)
+            async for events in reads:
+                deltas: list[TokenDelta] = []  # those of one network read: relayed together (coalesced)
+                for event in events:
+                    self._check_served(event, name, request.policy, prompt_ids)
+                    for ch in event.get("choices") or []:
+                        i = int(ch.get("index", 0))
+                        a = acc.setdefault(i, {"text": "", "ids": [], "lps": [], "tops": [], "finish": None})
+                        ids, lps = _choice_tokens(ch)
+                        tops = _choice_tops(ch, request.sampling.top_logprobs)
+                        a["tops"] += tops or []
+                        text = ch.get("text") or ""
+                        a["text"] += text
+                        a["ids"] += ids
+                        a["lps"] += lps or []
+                        a["finish"] = ch.get("finish_reason") or a["finish"]
+                        if ids or text:
+                            deltas.append(TokenDelta(index=i, token_ids=ids, logprobs=lps, text=text, top_logprobs=tops))
+                for d in coalesced(deltas):
+                    yield d
             for i in sorted(acc):
                 a = acc[i]
                 yield self._generation(prompt_ids, a["ids"], a["lps"], a["text"], a["finish"], version, request,

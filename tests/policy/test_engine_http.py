@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from swarm.errors import BackendError, ContextLengthError
-from swarm.policy._http import EngineClient, _lines, post_json, sse_events
+from swarm.policy._http import EngineClient, _events, _lines, post_json, sse_reads
 from swarm.stack import ServerThread
 
 EVENTS = [{"choices": [{"index": 0, "text": "h\u00e9llo"}]}, {"choices": [{"index": 0, "text": " w\u00f6rld"}]}]
@@ -62,13 +62,13 @@ def test_both_paths_give_the_same_answers_events_and_errors(server: str) -> None
     async def run(client: EngineClient) -> list[Any]:
         try:
             out: list[Any] = [await post_json(client, "/echo", {"x": "\u00e9", "n": 1})]
-            out.append([e async for e in sse_events(client, "/echo", {"stream": True})])
+            out.append([e async for es in sse_reads(client, "/echo", {"stream": True}) for e in es])
             for fail in ("context", "yes"):
                 with pytest.raises(BackendError) as err:
                     await post_json(client, "/echo", {"fail": fail})
                 out.append((type(err.value), str(err.value)))
                 with pytest.raises(BackendError) as err:
-                    _ = [e async for e in sse_events(client, "/echo", {"fail": fail, "stream": True})]
+                    _ = [e async for e in sse_reads(client, "/echo", {"fail": fail, "stream": True})]
                 out.append((type(err.value), str(err.value)))
             return out
         finally:
@@ -119,7 +119,7 @@ def test_an_unreachable_engine_is_a_backend_error_on_both_paths() -> None:
             with pytest.raises(BackendError, match="upstream request failed") as err:
                 await post_json(client, "/echo", {})
             with pytest.raises(BackendError, match="upstream request failed"):
-                _ = [e async for e in sse_events(client, "/echo", {"stream": True})]
+                _ = [e async for es in sse_reads(client, "/echo", {"stream": True}) for e in es]
             return str(err.value)
         finally:
             await client.close_loop()
@@ -136,7 +136,7 @@ def test_lines_split_as_httpx_splits_them() -> None:
         async def gen() -> AsyncIterator[bytes]:
             for c in chunks:
                 yield c
-        return [line async for line in _lines(gen())]
+        return [line async for lines in _lines(gen()) for line in lines]
 
     async def theirs() -> list[str]:
         resp = httpx.Response(200, content=b"".join(chunks))
@@ -145,3 +145,32 @@ def test_lines_split_as_httpx_splits_them() -> None:
     got = asyncio.run(ours())
     # the same text lines; a CRLF split over two reads may add one empty line (SSE ignores empty lines)
     assert [x for x in got if x] == [x for x in asyncio.run(theirs()) if x] == ["a", "b", "c\u00e9", "d", "tail"]
+
+
+def test_the_events_of_one_read_come_together() -> None:
+    """What one network read brought is one group (a gateway that fell behind relays it as one piece)."""
+    one = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in EVENTS)
+    chunks = [one, b"data: {\"choices\": []}\n", b"\ndata: [DONE]\n\ndata: {\"never\": 1}\n\n"]
+
+    async def groups() -> list[list[dict]]:
+        async def gen() -> AsyncIterator[bytes]:
+            for c in chunks:
+                yield c
+        return [events async for events in _events(_lines(gen()))]
+
+    assert asyncio.run(groups()) == [EVENTS, [{"choices": []}]]  # nothing after [DONE]
+
+
+def test_coalesced_joins_each_choices_deltas_and_keeps_every_token_in_order() -> None:
+    from swarm.policy.base import TokenDelta, coalesced
+
+    def d(i: int, ids: list[int], text: str, lp: bool = True) -> TokenDelta:
+        return TokenDelta(index=i, token_ids=ids, logprobs=[-0.5] * len(ids) if lp else None, text=text,
+                          logprobs_content=[{"token": str(t)} for t in ids] if lp else None)
+
+    got = coalesced([d(0, [1], "a"), d(1, [7], "x"), d(0, [2, 3], "bc"), d(1, [8], "y", lp=False), d(0, [4], "d")])
+    assert [(g.index, g.token_ids, g.text, g.logprobs) for g in got] == [
+        (0, [1, 2, 3, 4], "abcd", [-0.5] * 4), (1, [7], "x", [-0.5]),
+        (1, [8], "y", None)]  # a delta without logprobs does not join one with them
+    assert [e["token"] for e in got[0].logprobs_content] == ["1", "2", "3", "4"]
+    assert coalesced([]) == []

@@ -196,7 +196,8 @@ def test_streaming_adds_up(vllm_backend, fake_vllm):
     items = asyncio.run(collect())
     deltas = [i for i in items if isinstance(i, TokenDelta)]
     [final] = [i for i in items if isinstance(i, Generation)]
-    assert [t for d in deltas for t in d.token_ids] == final.response_ids and len(deltas) == 5
+    # the events one network read brings come as one delta (coalesced): 1 to 5 of them, every token once, in order
+    assert [t for d in deltas for t in d.token_ids] == final.response_ids and 1 <= len(deltas) <= 5
     assert "".join(d.text for d in deltas) == final.text
     assert final.logprobs == pytest.approx([fake_vllm.logprob(k) for k in range(5)])
 
