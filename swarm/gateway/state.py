@@ -56,7 +56,7 @@ class GatewayState(ServiceState):
         # the pool numbers them in its write transaction: another gateway may write these episodes too
         steps = [s for c in calls for s in c]
         if self.recorder.nowait_writes:  # SQLite: written right here, unless another writer holds the lock
-            try:  # a thread hop costs more than a call's write (docs/gateway.md "Where a call's time goes")
+            try:  # a thread hop costs more than a call's write (docs/pool.md "Writes without waiting")
                 self.recorder.add_steps(steps, append=True, wait=False)
                 return [None] * len(calls)
             except WriteBusy:

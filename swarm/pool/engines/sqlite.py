@@ -5,8 +5,9 @@ or processes wait instead of failing, ``synchronous=NORMAL`` (a committed transa
 killed process; a power cut may lose the last few commits but never corrupts the file). Every write
 transaction starts with ``BEGIN IMMEDIATE``: it takes the write lock up front, so two writers
 serialise instead of one failing on lock upgrade. That lock also serialises lease claims and makes
-row locks unnecessary. JSON goes through the JSON1 functions; the planner has no statistics, so
-walks over the newest steps name their index (``INDEXED BY``).
+row locks unnecessary. A gateway's step writes may skip both waits (``nowait_setup``: no busy timeout, no
+checkpoint at commit; docs/pool.md "Writes without waiting"). JSON goes through the JSON1 functions; the planner has
+no statistics, so walks over the newest steps name their index (``INDEXED BY``).
 """
 
 from __future__ import annotations
