@@ -17,12 +17,14 @@ the backend's stream. This module does not retry or buffer whole responses.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from swarm.errors import SwarmError
 from swarm.gateway.calls import CallPlan, finalize, store
@@ -32,7 +34,7 @@ from swarm.policy.base import Generation, TokenDelta
 from swarm.records import Step
 from swarm.web.errors import ApiError, error_body, from_swarm_error
 
-__all__ = ["SSE_HEADERS", "sse_response", "as_api_error", "swarm_fields", "open_stream", "sampled", "close",
+__all__ = ["SSE_HEADERS", "EventStream", "sse_response", "as_api_error", "swarm_fields", "open_stream", "sampled", "close",
            "events", "chat_chunks", "choice_end", "completion_chunks", "Holdback"]
 
 log = logging.getLogger("swarm.gateway")
@@ -43,9 +45,43 @@ def _sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
+class EventStream(StreamingResponse):
+    """Starlette's streaming response, its client watched by one plain asyncio task.
+
+    Starlette runs the body and a disconnect listener as two tasks of an anyio task group per response (the profile's
+    "thread hops" row of a streamed call, docs/gateway.md "Writes on the event loop"); here the body runs in the
+    request's own task and the listener, a plain task, cancels it when the client goes. A gone client still stops the
+    stream, and with it the backend's sampling, at once: also while text is held back and nothing is being sent.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.background is not None:
+            return await super().__call__(scope, receive, send)
+        me = asyncio.current_task()
+        assert me is not None
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            me.cancel()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await self.stream_response(send)
+        except asyncio.CancelledError:
+            if not gone:  # the server's own cancellation (shutdown) goes on
+                raise
+            me.uncancel()
+        finally:
+            watcher.cancel()
+
+
 def sse_response(events: AsyncIterator[bytes] | Iterator[bytes]) -> StreamingResponse:
     """``events`` as a ``text/event-stream`` response that no cache or proxy holds back."""
-    return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+    return EventStream(events, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 def as_api_error(exc: BaseException) -> ApiError:

@@ -43,8 +43,9 @@ class Scripted:
         async def chat(request: Request) -> Any:
             body = await request.json()
             self.requests.append({"auth": request.headers.get("authorization"), "body": body})
-            if self.mode == "slow":  # a long stream, a chunk every 50 ms: it notes whether it was stopped
-                return StreamingResponse(self._slow(body["model"]), media_type="text/event-stream")
+            if self.mode.startswith("slow"):  # a long stream, a chunk every 50 ms: it notes whether it was stopped
+                return StreamingResponse(self._slow(body["model"], tool=self.mode == "slow_tool"),
+                                         media_type="text/event-stream")
             if self.mode != "ok":
                 status = {"bad": 400, "auth": 401, "rate": 429, "down": 503}[self.mode]
                 return JSONResponse({"error": {"message": f"scripted {self.mode} at http://10.0.0.9/internal "
@@ -76,12 +77,13 @@ class Scripted:
         self.server = ServerThread(app).start()
         self.url = self.server.url + "/v1"
 
-    async def _slow(self, model: str) -> Any:
+    async def _slow(self, model: str, tool: bool = False) -> Any:
         k = 0
         try:
-            for k in range(100):
+            for k in range(100):  # with ``tool``: a tool call being written, which the gateway holds back
+                text = ("<tool_call>" if k == 0 else f" a{k}") if tool else f"w{k} "
                 chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model,
-                         "choices": [{"index": 0, "delta": {"content": f"w{k} "}, "finish_reason": None}]}
+                         "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
                 yield f"data: {json.dumps(chunk)}\n\n".encode()
                 await asyncio.sleep(0.05)
             yield b"data: [DONE]\n\n"
@@ -167,16 +169,24 @@ def test_upstream_errors_map_without_leaking(up_gateway: Any, upstream: Scripted
         assert "credentials" in text and "401" not in text
 
 
-def test_a_client_that_goes_away_mid_stream_stops_the_upstream_stream(up_gateway: Any, upstream: Scripted) -> None:
+@pytest.mark.parametrize("mode", ["slow", "slow_tool"])
+def test_a_client_that_goes_away_mid_stream_stops_the_upstream_stream(up_gateway: Any, upstream: Scripted,
+                                                                       mode: str) -> None:
+    """Also while nothing is being sent (``slow_tool``: a tool call being written is held back)."""
     import httpx
 
     ep = up_gateway.episode()
-    upstream.mode = "slow"
+    upstream.mode = mode
+    tools = {"tools": VOTE} if mode == "slow_tool" else {}
     with httpx.Client(timeout=10) as client, client.stream(
             "POST", ep["base_url"] + "/chat/completions", headers={"Authorization": f"Bearer {ep['api_key']}"},
-            json={"model": "opponent", "messages": [{"role": "user", "content": "hi"}], "stream": True}) as r:
+            json={"model": "opponent", "messages": [{"role": "user", "content": "hi"}], "stream": True, **tools}) as r:
         lines = r.iter_lines()
-        assert [next(lines) for _ in range(4)][2].startswith("data: ")  # a chunk or two arrived
+        if mode == "slow":
+            assert [next(lines) for _ in range(4)][2].startswith("data: ")  # a chunk or two arrived
+        else:
+            assert '"role":"assistant"' in next(lines)  # the opening chunk; then nothing while the call is written
+            time.sleep(0.3)
     # the connection is closed: the gateway closes its upstream stream, long before the upstream's 5 s
     deadline = time.monotonic() + 4
     while not upstream.streams and time.monotonic() < deadline:
