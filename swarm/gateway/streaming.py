@@ -63,18 +63,22 @@ class EventStream(StreamingResponse):
 
         async def watch() -> None:
             nonlocal gone
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            gone = True
-            me.cancel()
+            try:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+            except Exception:  # noqa: BLE001 - the stream goes on, unwatched
+                log.warning("watching a streamed response's client failed", exc_info=True)
+                return
+            if not me.cancelling():  # a cancellation already under way (the server's shutdown) goes on as it is
+                gone = True
+                me.cancel()
 
         watcher = asyncio.ensure_future(watch())
         try:
             await self.stream_response(send)
         except asyncio.CancelledError:
-            if not gone:  # the server's own cancellation (shutdown) goes on
+            if not gone or me.uncancel():  # the server's own cancellation (shutdown), alone or beside ours, goes on
                 raise
-            me.uncancel()
         finally:
             watcher.cancel()
 

@@ -118,7 +118,8 @@ def coalesced(deltas: list[TokenDelta]) -> list[TokenDelta]:
     for d in deltas:
         k = open_at.get(d.index)
         last = out[k] if k is not None else None
-        if last is not None and all((getattr(last, f) is None) == (getattr(d, f) is None) for f in _JOINED):
+        if last is not None and _per_token(last) and _per_token(d) and all(
+                (getattr(last, f) is None) == (getattr(d, f) is None) for f in _JOINED):
             out[k] = TokenDelta(index=d.index, token_ids=last.token_ids + d.token_ids, text=last.text + d.text,
                                 **{f: None if getattr(d, f) is None else getattr(last, f) + getattr(d, f)
                                    for f in _JOINED})
@@ -129,6 +130,11 @@ def coalesced(deltas: list[TokenDelta]) -> list[TokenDelta]:
 
 
 _JOINED = ("logprobs", "top_logprobs", "logprobs_content")
+
+
+def _per_token(d: TokenDelta) -> bool:
+    """Each of its logprob lists holds one entry per token id: joined, they stay aligned with the ids."""
+    return all(getattr(d, f) is None or len(getattr(d, f)) == len(d.token_ids) for f in _JOINED)
 
 
 @runtime_checkable

@@ -183,6 +183,8 @@ class Database:
         self._checkpointer: threading.Thread | None = None
         with self._tx(write=True) as conn:
             metadata.create_all(conn, checkfirst=True)
+        if self.nowait_writes:
+            self._open_nowait()
 
     def _tx(self, write: bool = False) -> AbstractContextManager[sa.Connection]:
         return transaction(self.engine, write=write)
@@ -222,35 +224,47 @@ class Database:
             c.run(self.sql.driver_begin)
             try:
                 yield c
+                c.run("COMMIT")
             except BaseException:
                 if getattr(c.conn, "in_transaction", True):  # some errors end the transaction themselves
                     c.run("ROLLBACK")
                 raise
-            c.run("COMMIT")
-        if not wait:
-            self._nowait_commits += 1
-            if self._nowait_commits % NOWAIT_CHECKPOINT_EVERY == 0:
-                self._checkpoint_soon()
+            if not wait:  # still holding the nowait connection's lock
+                self._nowait_commits += 1
+                if self._nowait_commits % NOWAIT_CHECKPOINT_EVERY == 0:
+                    self._checkpoint_soon()
+
+    def _open_nowait(self) -> None:
+        """Open the nowait connection (``Dialect.nowait_setup``), detached from the engine's pool: ours until
+        :meth:`close` (the pool opens another in its place). Done when the database opens, off any event loop: a
+        connection's first pragmas may wait for the file's lock."""
+        fairy = self.engine.raw_connection()
+        fairy.detach()
+        cur = fairy.dbapi_connection.cursor()
+        for sql in self.sql.nowait_setup:
+            cur.execute(sql)
+        cur.close()
+        self._nowait_fairy = fairy
 
     @contextmanager
     def _nowait_conn(self) -> Iterator[DriverConnection]:
-        """The one connection set up by ``Dialect.nowait_setup`` (made on first use, kept until :meth:`close`); its
-        errors raised as ``_driver_conn``'s, a busy lock as :class:`WriteBusy`. Another thread using it is busy too."""
+        """The nowait connection; its errors raised as ``_driver_conn``'s, a busy lock as :class:`WriteBusy` (and
+        another thread using it is busy too). One that a failure left inside a transaction is closed, not reused."""
         if not self.nowait_writes:
             raise ValueError(f"the {self.sql.name} pool engine has no writes without waiting (nowait_writes is False)")
         if not self._nowait_lock.acquire(blocking=False):
             raise WriteBusy("another thread is writing on the nowait connection")
         error = self.engine.dialect.loaded_dbapi.Error
         try:
-            if self._nowait_fairy is None:
-                fairy = self.engine.raw_connection()
-                fairy.detach()  # ours until close(): the engine's pool opens another in its place
-                cur = fairy.dbapi_connection.cursor()
-                for sql in self.sql.nowait_setup:
-                    cur.execute(sql)
-                cur.close()
-                self._nowait_fairy = fairy
-            yield DriverConnection(self._nowait_fairy.dbapi_connection, self.engine.dialect)
+            if self._nowait_fairy is None:  # after close(), or a failure
+                self._open_nowait()
+            try:
+                yield DriverConnection(self._nowait_fairy.dbapi_connection, self.engine.dialect)
+            except BaseException:
+                if getattr(self._nowait_fairy.dbapi_connection, "in_transaction", False):  # a failed ROLLBACK
+                    self._nowait_fairy.close()
+                    self._nowait_fairy = None
+                raise
         except error as e:
             if self.sql.busy(e):
                 raise WriteBusy(f"another writer holds the lock: {e}") from e
@@ -289,9 +303,9 @@ class Database:
 
     def close(self) -> None:
         """Close every connection of the engine (a running checkpoint finishes first)."""
-        if self._checkpointer is not None:
-            self._checkpointer.join()
         with self._nowait_lock:
+            if self._checkpointer is not None:
+                self._checkpointer.join()
             if self._nowait_fairy is not None:
                 self._nowait_fairy.close()  # detached: really closed
                 self._nowait_fairy = None

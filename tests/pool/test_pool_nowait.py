@@ -115,3 +115,34 @@ def test_an_append_costs_the_same_at_any_length_of_its_episode(tmp_path: Path) -
         assert pool.episode_heads([long.episode_id])[long.episode_id].last_index == 3000
     finally:
         pool.close()
+
+
+@pytest.mark.parametrize("failing", [("COMMIT",), ("COMMIT", "ROLLBACK")], ids=["commit", "commit-and-rollback"])
+def test_a_failed_commit_leaves_no_transaction_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    failing: tuple[str, ...]) -> None:
+    """A COMMIT that fails is rolled back (and a connection whose ROLLBACK fails too is closed): the lock is free for
+    every other writer and the next write goes through."""
+    import sqlalchemy as sa
+
+    pool = Pool(f"sqlite:///{tmp_path / 'p.db'}")
+    other = sqlite3.connect(tmp_path / "p.db", isolation_level=None, timeout=0)
+    run = pool_engine.DriverConnection.run
+
+    def flaky(self: pool_engine.DriverConnection, sql: str) -> None:
+        if sql in failing:
+            raise sqlite3.OperationalError(f"{sql} failed (the test's)")
+        run(self, sql)
+
+    try:
+        ep = episode(pool)
+        monkeypatch.setattr(pool_engine.DriverConnection, "run", flaky)
+        with pytest.raises(sa.exc.OperationalError, match="the test's"):
+            pool.add_steps([step(ep, index=0, seed=1, step_id="a")], append=True, wait=False)
+        monkeypatch.setattr(pool_engine.DriverConnection, "run", run)
+        other.execute("BEGIN IMMEDIATE")  # no transaction was left holding the lock
+        other.execute("ROLLBACK")
+        pool.add_steps([step(ep, index=0, seed=1, step_id="a")], append=True, wait=False)
+        assert [s.step_id for s in pool.query_steps(limit=10)] == ["a"]
+    finally:
+        other.close()
+        pool.close()

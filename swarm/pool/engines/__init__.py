@@ -56,7 +56,9 @@ class Dialect:
     driver_begin: ClassVar[str] = "BEGIN"  # how such a write transaction starts
     # a driver write can be tried *without waiting* (``Database._driver_write(wait=False)``): on a connection these
     # statements set up so it neither waits for another writer's lock nor checkpoints its log at commit, the two
-    # things that can stall a local file's write for milliseconds; empty: no such writes (the caller uses a thread)
+    # things that can stall a local file's write for milliseconds; empty: no such writes (the caller uses a thread).
+    # The connection is the pool's own, opened beside the engine's: an engine with one connection only (an in-memory
+    # SQLite) must leave this empty
     nowait_setup: ClassVar[tuple[str, ...]] = ()
     checkpoint_sql: ClassVar[str] = ""  # copies such a connection's committed log into the database, not waiting
 

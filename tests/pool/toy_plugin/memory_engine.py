@@ -23,6 +23,8 @@ from swarm.settings import derive
 class MemorySQLite(SQLite):
     """SQLite in memory: one connection (so one database) for the whole pool."""
 
+    nowait_setup = ()  # writes without waiting need a connection of their own, i.e. another database here
+
     def __init__(self, cache_kib: Annotated[int, Field(ge=64)] = 2048, busy_timeout_s: float = 5.0) -> None:
         """``cache_kib``: SQLite's page cache, in KiB (a setting of this engine only)."""
         super().__init__(busy_timeout_s=busy_timeout_s)
