@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import re
+import statistics
 import sys
 import threading
 import time
@@ -171,7 +172,8 @@ def _backend(model: Model, target: Target) -> PolicyBackend:
 # -- the result ---------------------------------------------------------------------------------
 
 def _mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
+    """The mean, exactly rounded (``fsum``): the same for the same episodes, whatever order they ended in."""
+    return statistics.fmean(xs) if xs else None
 
 
 def summarize(episodes: list[Episode], target: Target, eval_run: str,
@@ -193,7 +195,7 @@ def summarize(episodes: list[Episode], target: Target, eval_run: str,
                     values.setdefault(str(k), []).append(float(v))
         out.append(EvalResult(policy=target.policy, version=target.version, task=task, source="pinned",
                               episodes=len(eps), reward=_mean([float(e.reward) for e in eps]),
-                              metrics={k: sum(v) / len(v) for k, v in values.items()},
+                              metrics={k: statistics.fmean(v) for k, v in values.items()},
                               metadata={"eval_run": eval_run, "source": target.source, **(extra or {})}))
     return out
 

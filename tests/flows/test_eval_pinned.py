@@ -243,3 +243,12 @@ def test_sigterm_ends_everything_and_records_nothing(tmp_path: Path) -> None:
         assert pool.eval_results() == []
     finally:
         pool.close()
+
+
+def test_the_mean_reward_is_the_same_in_any_order_the_episodes_end() -> None:
+    """Concurrent episodes end in any order: their mean is exactly rounded, not summed in that order."""
+    from flows.eval import _mean
+
+    xs, ys = [0.1, 0.7, 1 / 3, 0.2, 0.9, 2 / 7], [0.2, 2 / 7, 1 / 3, 0.9, 0.7, 0.1]  # the same six, reordered
+    assert sum(xs) / 6 != sum(ys) / 6  # a plain sum's last bit depends on the order
+    assert _mean(xs) == _mean(ys) == _mean(sorted(xs))
