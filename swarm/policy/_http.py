@@ -243,15 +243,13 @@ async def _events(groups: AsyncIterator[list[str]], **context: Any) -> AsyncIter
             try:
                 event = json.loads(data)
             except ValueError as e:
-                event, error = None, BackendError(f"upstream sent an invalid event: {data[:200]}", **context)
-                error.__cause__ = e
-            else:
-                bad = isinstance(event, dict) and "error" in event and "choices" not in event
-                error = BackendError(f"upstream stream error: {event['error']}", **context) if bad else None
-            if error is not None:
-                if events:  # what came before it is relayed first, as it would have been alone
+                if events:  # what came before a failure is relayed first, as it would have been alone
                     yield events
-                raise error
+                raise BackendError(f"upstream sent an invalid event: {data[:200]}", **context) from e
+            if isinstance(event, dict) and "error" in event and "choices" not in event:
+                if events:
+                    yield events
+                raise BackendError(f"upstream stream error: {event['error']}", **context)
             events.append(event)
         if events:
             yield events

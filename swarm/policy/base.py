@@ -108,7 +108,8 @@ class TokenDelta:
 
 
 def coalesced(deltas: list[TokenDelta]) -> list[TokenDelta]:
-    """Each choice's deltas as one where they can join (the same kinds of logprobs), in order of their choices' first.
+    """Each choice's deltas as one where they can join (the same kinds of logprobs, each list one entry per token id),
+    in order of their choices' first.
 
     A streaming backend hands the gateway what one network read brought this way: a stream relayed by a busy gateway
     then costs a chunk per read, not per token, and every token, logprob and character is still sent once, in order.
